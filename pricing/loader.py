@@ -1,0 +1,200 @@
+"""Price tables from TOML, validated strictly: every error names the file, the line and the fault.
+
+tomllib gives no line numbers for values, so entries are located by their `[[price]]`
+header lines in the text, and keys by their `key =` line inside that entry.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Iterable
+from datetime import UTC, date, datetime
+from decimal import Decimal, InvalidOperation
+from importlib.abc import Traversable
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from pricing.model import TOKEN_TYPES, Price
+
+REQUIRED = ("model", "tier", "effective_from", *TOKEN_TYPES, "source")
+OPTIONAL = ("match", "upstream", "currency")
+MAX_DECIMALS = 4
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+_HEADER = re.compile(r"^\s*\[\[\s*price\s*\]\]")
+_TOML_LINE = re.compile(r"at line (\d+)")
+
+
+class PriceTableError(ValueError):
+    """One or more price tables are broken; `errors` holds each "file:line: what" message."""
+
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__("\n".join(errors))
+        self.errors = errors
+
+
+def default_tables_dir() -> Traversable:
+    """The tables shipped inside the package, found wherever llmmeter is installed."""
+    return files("pricing") / "tables"
+
+
+def check_dir(directory: str | Path | Traversable) -> list[str]:
+    """All errors in a directory of tables, across files (duplicates included); [] when valid."""
+    return _load(directory)[1]
+
+
+def load_dir(directory: str | Path | Traversable) -> list[Price]:
+    prices, errors = _load(directory)
+    if errors:
+        raise PriceTableError(errors)
+    return prices
+
+
+def _load(directory: str | Path | Traversable) -> tuple[list[Price], list[str]]:
+    if isinstance(directory, str):
+        directory = Path(directory)
+    if not directory.is_dir():
+        return [], [f"{directory}: not a directory of price tables"]
+    tables = sorted((t for t in directory.iterdir() if t.name.endswith(".toml")), key=lambda t: t.name)
+    if not tables:
+        return [], [f"{directory}: no price tables (*.toml)"]
+    prices: list[Price] = []
+    errors: list[str] = []
+    for table in tables:
+        found, bad = parse_table(table.read_bytes().decode("utf-8", "replace"), str(table))
+        prices += found
+        errors += bad
+    errors += _cross_checks(prices)
+    return prices, errors
+
+
+def parse_table(text: str, name: str) -> tuple[list[Price], list[str]]:
+    """One file's entries and errors."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        m = _TOML_LINE.search(str(e))
+        return [], [f"{name}:{m.group(1) if m else 1}: not valid TOML: {e}"]
+    lines = text.splitlines()
+    errors = [f"{name}:{_key_line(lines, 0, len(lines), k) or 1}: unknown top-level key {k!r} (only [[price]])"
+              for k in doc if k != "price"]
+    entries = doc.get("price", [])
+    if not isinstance(entries, list):
+        return [], [*errors, f"{name}:1: `price` must be an array of tables: write [[price]]"]
+    headers = [i for i, line in enumerate(lines) if _HEADER.match(line)]
+    prices = []
+    for n, entry in enumerate(entries):
+        first = headers[n] if n < len(headers) else 0
+        last = headers[n + 1] if n + 1 < len(headers) else len(lines)
+        price, bad = _entry(entry, name, lines, first, last)
+        errors += bad
+        if price is not None:
+            prices.append(price)
+    return prices, errors
+
+
+def _entry(entry: dict[str, Any], name: str, lines: list[str], first: int, last: int
+           ) -> tuple[Price | None, list[str]]:
+    def at(key: str | None = None) -> str:
+        line = _key_line(lines, first, last, key) if key else None
+        return f"{name}:{line or first + 1}"
+
+    errors = [f"{at(k)}: unknown key {k!r} in [[price]] (known: {', '.join(REQUIRED + OPTIONAL)})"
+              for k in entry if k not in REQUIRED + OPTIONAL]
+    errors += [f"{at()}: [[price]] is missing {k!r}" for k in REQUIRED if k not in entry]
+    if errors:
+        return None, errors
+
+    def text(key: str) -> str:
+        v = entry[key]
+        if not isinstance(v, str) or not v.strip():
+            errors.append(f"{at(key)}: {key} must be a non-empty string")
+            return ""
+        return v.strip()
+
+    model, tier, source = text("model"), text("tier"), text("source")
+    if tier and not _NAME.match(tier):
+        errors.append(f"{at('tier')}: tier {tier!r} must be lower-case letters, digits, '_', '-' or '.'")
+    currency = entry.get("currency", "USD")
+    if currency != "USD":
+        errors.append(f"{at('currency')}: currency {currency!r} is not supported: price tables are in USD")
+    upstream = text("upstream") if "upstream" in entry else None
+    match: tuple[str, ...] = ()
+    if "match" in entry:
+        raw = entry["match"]
+        if not isinstance(raw, list) or not raw or not all(isinstance(m, str) and m.strip() for m in raw):
+            errors.append(f"{at('match')}: match must be a non-empty list of model names")
+        else:
+            match = tuple(m.strip() for m in raw)
+    effective = _effective(entry["effective_from"], at("effective_from"), errors)
+    amounts = {k: _amount(entry[k], k, at(k), errors) for k in TOKEN_TYPES}
+    if errors or effective is None:
+        return None, errors
+    return Price(model=model, tier=tier, effective_from=effective, source=source, match=match,
+                 upstream=upstream, file=name, line=first + 1,
+                 input=amounts["input"], output=amounts["output"],
+                 cache_read=amounts["cache_read"], cache_write=amounts["cache_write"]), []
+
+
+def _effective(v: object, where: str, errors: list[str]) -> datetime | None:
+    if isinstance(v, datetime):
+        if v.tzinfo is None:
+            errors.append(f"{where}: effective_from {v.isoformat()} has no UTC offset (write e.g. "
+                          f"{v.isoformat()}Z)")
+            return None
+        return v.astimezone(UTC)
+    if isinstance(v, date):
+        errors.append(f"{where}: effective_from must be a time with offset, e.g. {v.isoformat()}T00:00:00Z")
+    else:
+        errors.append(f"{where}: effective_from must be a TOML datetime like 2026-10-23T00:00:00Z, not {v!r}")
+    return None
+
+
+def _amount(v: object, key: str, where: str, errors: list[str]) -> Decimal:
+    if not isinstance(v, str):
+        # A TOML float is binary: 0.1 is not 0.1. Prices must be exact, so they are strings.
+        errors.append(f'{where}: {key} must be a decimal string such as "2.00", not {type(v).__name__} {v!r}')
+        return Decimal(0)
+    try:
+        d = Decimal(v.strip())
+    except InvalidOperation:
+        errors.append(f"{where}: {key} {v!r} is not a decimal number")
+        return Decimal(0)
+    if not d.is_finite():
+        errors.append(f"{where}: {key} {v!r} is not a finite number")
+    elif d < 0:
+        errors.append(f"{where}: {key} {v!r} is negative")
+    elif -d.as_tuple().exponent > MAX_DECIMALS:  # type: ignore[operator]
+        errors.append(f"{where}: {key} {v!r} has more than {MAX_DECIMALS} decimal places")
+    return d
+
+
+def _cross_checks(prices: Iterable[Price]) -> list[str]:
+    errors: list[str] = []
+    seen: dict[tuple[str, str, str | None, datetime], Price] = {}
+    owner: dict[str, Price] = {}
+    for p in prices:
+        key = (p.model, p.tier, p.upstream, p.effective_from)
+        if key in seen:
+            errors.append(f"{p.where}: duplicate entry for model {p.model!r} tier {p.tier!r}"
+                          f"{f' upstream {p.upstream!r}' if p.upstream else ''} effective "
+                          f"{p.effective_from.isoformat()} (first at {seen[key].where})")
+        else:
+            seen[key] = p
+        for name in (p.model, *p.match):
+            other = owner.setdefault(name.lower(), p)
+            if other.model != p.model:
+                errors.append(f"{p.where}: model name {name!r} already means {other.model!r} "
+                              f"(at {other.where}); a name can mean one model only")
+    return errors
+
+
+def _key_line(lines: list[str], first: int, last: int, key: str | None) -> int | None:
+    if key is None:
+        return None
+    pattern = re.compile(rf"^\s*[\"']?{re.escape(key)}[\"']?\s*=")
+    for i in range(first, last):
+        if pattern.match(lines[i]):
+            return i + 1
+    return None

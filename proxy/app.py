@@ -1,0 +1,123 @@
+"""The ASGI application: /v1/* goes to the lean relay, the rest to a small FastAPI app.
+
+`create_app` wires everything from settings; nothing is built at import time. The
+lifespan owns the upstream clients and the ledger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from pricing import PriceBook, default_tables_dir, load_dir
+from proxy.ledger import Ledger
+from proxy.meter import Meter
+from proxy.metrics import Metrics
+from proxy.relay import Receive, Relay, Scope, Send
+from proxy.settings import Settings
+from proxy.tokens import Estimator
+from proxy.upstream import Pool, Router
+
+
+@dataclass
+class Parts:
+    """What a running llmmeter is made of; tests may build their own and inject it."""
+
+    settings: Settings
+    book: PriceBook
+    ledger: Ledger
+    registry: CollectorRegistry
+    metrics: Metrics
+
+
+def build_parts(settings: Settings, registry: CollectorRegistry | None = None) -> Parts:
+    prices = load_dir(settings.prices_dir or default_tables_dir())
+    book = PriceBook(prices, dict(settings.tier_aliases))
+    ledger = Ledger(settings.ledger_url, settings.journal_dir, settings.fsync)
+    registry = registry or CollectorRegistry()
+    metrics = Metrics(settings, book, registry, month_to_date=ledger.month_to_date_cost,
+                      pending=lambda: ledger.pending)
+    return Parts(settings, book, ledger, registry, metrics)
+
+
+class LLMMeter:
+    """The ASGI callable uvicorn serves."""
+
+    def __init__(self, parts: Parts) -> None:
+        s = parts.settings
+        self.parts = parts
+        self.pool = Pool(s)
+        estimator = Estimator(s.estimate.encoding, s.estimate.per_model)
+        meter = Meter(parts.book, estimator, s.workloads, parts.ledger, parts.metrics)
+        self.relay = Relay(s, Router(s.upstreams), self.pool, meter, parts.metrics)
+        self.admin = _admin_app(parts)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http" and scope["path"].startswith("/v1/"):
+            await self.relay(scope, receive, send)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+        else:
+            await self.admin(scope, receive, send)  # type: ignore[arg-type]
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            msg = await receive()
+            if msg["type"] == "lifespan.startup":
+                try:
+                    # Replaying the journal happens before the first request is served.
+                    await asyncio.to_thread(self.parts.ledger.start)
+                    await self.pool.open()
+                except Exception as e:
+                    await send({"type": "lifespan.startup.failed", "message": str(e)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif msg["type"] == "lifespan.shutdown":
+                await self.pool.close()
+                await asyncio.to_thread(self.parts.ledger.close)
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+def create_app(settings: Settings, registry: CollectorRegistry | None = None) -> LLMMeter:
+    return LLMMeter(build_parts(settings, registry))
+
+
+def _admin_app(parts: Parts) -> FastAPI:
+    app = FastAPI(title="llmmeter", docs_url=None, redoc_url=None, openapi_url=None)
+    token = parts.settings.metrics_token
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        ledger = parts.ledger
+        checks: dict[str, Any] = {
+            "ledger_writable": ledger.healthy and ledger.journal_ok,
+            "price_tables_loaded": bool(parts.book.models),
+            "pending_records": ledger.pending,
+        }
+        ready = checks["ledger_writable"] and checks["price_tables_loaded"]
+        return JSONResponse({"ready": ready, **checks}, status_code=200 if ready else 503)
+
+    @app.get("/metrics")
+    async def metrics(request: Request) -> Response:
+        if token is not None:
+            auth = request.headers.get("authorization", "")
+            if not hmac.compare_digest(auth.encode(), f"Bearer {token}".encode()):
+                return JSONResponse({"error": {"message": "metrics token required",
+                                               "type": "authentication_error", "code": "invalid_token"}},
+                                    status_code=401)
+        body = await asyncio.to_thread(generate_latest, parts.registry)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+    return app

@@ -1,0 +1,204 @@
+"""The `llmmeter` command line (SPEC "Commands")."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import logging
+import secrets
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TextIO
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pricing import PriceBook, PriceTableError, check_dir, default_tables_dir, load_dir
+from proxy import settings as config
+from proxy.errors import ConfigError
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "run"):
+        parser.print_help()
+        return 2
+    try:
+        code: int = args.run(args)
+        return code
+    except (ConfigError, PriceTableError, ValueError) as e:
+        print(f"llmmeter: {e}", file=sys.stderr)
+        return 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="llmmeter", description="Meter, price and record LLM API traffic.")
+    sub = p.add_subparsers(metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="run the metering proxy")
+    serve.add_argument("--config", type=Path)
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--upstream", help="one default upstream base URL, e.g. https://api.moonshot.ai/v1")
+    serve.add_argument("--db", help="ledger URL, e.g. sqlite:///data/llmmeter.db")
+    serve.add_argument("--prices", type=Path, help="price table directory")
+    serve.add_argument("--workers", type=int)
+    serve.set_defaults(run=_serve)
+
+    export = sub.add_parser("export", help="per-request ledger rows in [from, to)")
+    export.add_argument("--from", dest="start", required=True, metavar="WHEN")
+    export.add_argument("--to", dest="end", required=True, metavar="WHEN")
+    export.add_argument("--tz", default="UTC")
+    export.add_argument("--tenant")
+    export.add_argument("--format", choices=("csv", "jsonl"), default="csv")
+    export.add_argument("--out", type=Path)
+    export.add_argument("--db")
+    export.add_argument("--config", type=Path)
+    export.set_defaults(run=_export)
+
+    prices = sub.add_parser("prices", help="check or show price tables")
+    psub = prices.add_subparsers(metavar="ACTION")
+    check = psub.add_parser("check", help="validate price tables (file:line errors)")
+    check.add_argument("dir", nargs="?", type=Path)
+    check.set_defaults(run=_prices_check)
+    show = psub.add_parser("show", help="print the prices in force")
+    show.add_argument("--at", help="RFC 3339 time or YYYY-MM-DD (default: now)")
+    show.add_argument("dir", nargs="?", type=Path)
+    show.set_defaults(run=_prices_show)
+
+    keys = sub.add_parser("keys", help="proxy keys for tenants")
+    ksub = keys.add_subparsers(metavar="ACTION")
+    new = ksub.add_parser("new", help="print a new random proxy key once, and its config line")
+    new.add_argument("tenant")
+    new.set_defaults(run=_keys_new)
+    return p
+
+
+def _settings(args: argparse.Namespace, **flags: object) -> config.Settings:
+    path = args.config or config.default_config_path()
+    return config.load(path, overrides={k: v for k, v in flags.items() if v is not None})
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from proxy.app import create_app
+
+    s = _settings(args, host=args.host, port=args.port, upstream=args.upstream, db=args.db,
+                  prices=args.prices, workers=args.workers)
+    if not s.upstreams:
+        raise ConfigError("no upstream: pass --upstream URL, set LLMMETER_UPSTREAM, or add "
+                          "[[upstream]] to llmmeter.toml")
+    if s.workers != 1:
+        raise ConfigError("--workers > 1 is not supported by this build yet; run one process per core "
+                          "behind a load balancer")
+    s = config.resolve_api_keys(s)
+    logging.getLogger("uvicorn.error").addFilter(_QuietBrokenStreams())
+    app = create_app(s)
+    uvicorn.run(app, host=s.host, port=s.port, loop="uvloop", http="httptools", lifespan="on",
+                access_log=False, server_header=False, date_header=False, log_level="info",
+                timeout_keep_alive=75)
+    return 0
+
+
+class _QuietBrokenStreams(logging.Filter):
+    """An aborted client stream after an upstream failure is expected, not a crash."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from proxy.relay import StreamBroken
+
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, StreamBroken):
+            record.exc_info, record.msg, record.args = None, f"stream aborted: {exc}", ()
+        return True
+
+
+def _export(args: argparse.Namespace) -> int:
+    from proxy.export import parse_when, write_export
+    from proxy.ledger import Ledger
+
+    tz = _zone(args.tz)
+    start, end = parse_when(args.start, tz), parse_when(args.end, tz)
+    if end <= start:
+        raise ValueError("--to must be after --from (it is exclusive)")
+    s = _settings(args, db=args.db)
+    ledger = Ledger(s.ledger_url, s.journal_dir, s.fsync)
+    ledger.start()
+    try:
+        rows = ledger.rows(start, end, args.tenant)
+        if args.out is None:
+            write_export(rows, args.format, sys.stdout)
+            return 0
+        with args.out.open("w", encoding="utf-8", newline="") as out:
+            progress = _Progress(ledger.count(start, end, args.tenant), sys.stderr)
+            n = write_export(rows, args.format, out, progress=progress if progress.active else None)
+            progress.done(n)
+        return 0
+    finally:
+        ledger.close()
+
+
+class _Progress:
+    """A one-line progress bar on a terminal; silent when stderr is piped."""
+
+    def __init__(self, total: int, stream: TextIO) -> None:
+        self.total, self.stream = total, stream
+        self.active = stream.isatty() and total > 10_000
+        self.last = -1
+
+    def __call__(self, n: int) -> None:
+        pct = n * 100 // max(self.total, 1)
+        if pct != self.last:
+            self.last = pct
+            bar = "#" * (pct // 4)
+            self.stream.write(f"\rexport [{bar:<25}] {pct:3d}% {n:,}/{self.total:,}")
+            self.stream.flush()
+
+    def done(self, n: int) -> None:
+        if self.active:
+            self.stream.write(f"\rexport: {n:,} rows written{' ' * 30}\n")
+
+
+def _zone(name: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {name!r} (use an IANA name like America/Sao_Paulo)") from None
+
+
+def _prices_check(args: argparse.Namespace) -> int:
+    directory = args.dir or default_tables_dir()
+    errors = check_dir(directory)
+    for e in errors:
+        print(e, file=sys.stderr)
+    if errors:
+        return 1
+    n = len(load_dir(directory))
+    print(f"{directory}: {n} price entries, all valid")
+    return 0
+
+
+def _prices_show(args: argparse.Namespace) -> int:
+    from proxy.export import parse_when
+
+    at = parse_when(args.at, ZoneInfo("UTC")) if args.at else datetime.now(UTC)
+    book = PriceBook(load_dir(args.dir or default_tables_dir()))
+    rows = sorted(book.in_force(at), key=lambda p: (p.model, p.tier, p.upstream or ""))
+    print(f"prices in force at {at.isoformat()} (USD per million tokens)")
+    print(f"{'model':<28} {'tier':<10} {'upstream':<12} {'input':>9} {'cache_read':>10} "
+          f"{'cache_write':>11} {'output':>9}  effective_from")
+    for p in rows:
+        print(f"{p.model:<28} {p.tier:<10} {p.upstream or '-':<12} {p.input:>9} {p.cache_read:>10} "
+              f"{p.cache_write:>11} {p.output:>9}  {p.effective_from.isoformat()}")
+    return 0
+
+
+def _keys_new(args: argparse.Namespace) -> int:
+    key = "llmm-" + secrets.token_urlsafe(32)
+    digest = hashlib.sha256(key.encode()).hexdigest()
+    print(f"proxy key for {args.tenant} (shown once; give it to the team, store it nowhere else):")
+    print(key)
+    print("\nadd to llmmeter.toml:")
+    print(f'[[tenant]]\nname = "{args.tenant}"\nkey_sha256 = ["{digest}"]')
+    return 0

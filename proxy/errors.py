@@ -1,0 +1,28 @@
+"""llmmeter's own exceptions and the error bodies the proxy itself sends.
+
+    LLMMeterError
+     ├── ConfigError        bad config file, flag or environment (file:line in the message)
+     └── UpstreamError      the upstream could not be reached or timed out
+
+Errors the proxy makes itself use the API's own error shape (SPEC "HTTP surface"), so
+SDKs raise their usual exceptions.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+
+class LLMMeterError(Exception):
+    """Base of everything llmmeter raises on purpose."""
+
+
+class ConfigError(LLMMeterError):
+    """The configuration cannot be used; the message names the file and line."""
+
+
+def error_body(message: str, kind: str, code: str, anthropic: bool = False) -> bytes:
+    """OpenAI's `{"error": {...}}` or, on /v1/messages, Anthropic's `{"type": "error", ...}`."""
+    if anthropic:
+        return orjson.dumps({"type": "error", "error": {"type": kind, "message": message}})
+    return orjson.dumps({"error": {"message": message, "type": kind, "code": code}})

@@ -1,0 +1,229 @@
+"""Append-only journal segments: the record is durable here before the client's last byte.
+
+Each process writes its own segment files and holds an exclusive flock on every segment
+it still owns, so a replaying process only ever takes files whose writer is gone. A
+segment is deleted once everything written to it is in the database. All methods take
+the journal's lock; none of them raises into the request path.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import secrets
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from proxy.record import Record
+
+log = logging.getLogger("llmmeter.ledger")
+
+SUFFIX = ".jsonl"
+SEGMENT_BYTES = 64 * 1024 * 1024
+REOPEN_AFTER_S = 1.0  # how soon a failed journal is tried again
+CHECK_EVERY_S = 0.5  # how often the open segment is checked to still be on disk
+_READ_CHUNK = 1 << 20
+
+
+@dataclass(eq=False, slots=True)
+class Segment:
+    path: Path
+    fd: int
+    inode: int
+    size: int = 0
+    outstanding: int = 0  # records written here that memory still holds uncommitted
+    dropped: int = 0  # records written here that memory let go of: re-read from the file
+
+
+@dataclass(slots=True)
+class ReadStats:
+    records: int = 0
+    skipped_lines: int = 0
+
+
+class Journal:
+    def __init__(self, directory: Path, fsync: bool = False, segment_bytes: int = SEGMENT_BYTES) -> None:
+        self.directory = directory
+        self.fsync = fsync
+        self.segment_bytes = segment_bytes
+        self.ok = True
+        self._lock = threading.Lock()
+        self._current: Segment | None = None
+        self._sealed: list[Segment] = []
+        self._retry_at = 0.0
+        self._checked_at = 0.0
+        self._closed = False
+
+    def open(self) -> bool:
+        """Start a fresh segment; False (and `ok` False) when the directory cannot take one."""
+        with self._lock:
+            return self._open_locked()
+
+    def write(self, line: bytes, kept: bool) -> Segment | None:
+        """One os.write of one line; the segment it landed in, or None when it did not land."""
+        with self._lock:
+            seg = self._current
+            if seg is None:
+                return None
+            try:
+                n = os.write(seg.fd, line)
+            except OSError as e:
+                self._fail_locked(e)
+                return None
+            if n != len(line):
+                # A torn line can only be the segment's last: replay skips it, the next goes elsewhere.
+                self._fail_locked(OSError(errno.ENOSPC, f"short write ({n} of {len(line)} bytes)"))
+                return None
+            seg.size += n
+            if kept:
+                seg.outstanding += 1
+            else:
+                seg.dropped += 1
+            if self.fsync:
+                try:
+                    os.fsync(seg.fd)
+                except OSError as e:
+                    self._fail_locked(e)
+            if self._current is seg and seg.size >= self.segment_bytes:
+                self._rotate_locked()
+            return seg
+
+    def release(self, segments: Iterable[Segment]) -> None:
+        """Their records are committed from memory."""
+        with self._lock:
+            for seg in segments:
+                seg.outstanding -= 1
+
+    def maintain(self, drained: bool) -> list[Segment]:
+        """Reopen after failure, notice a vanished segment; returns sealed segments ready to retire."""
+        with self._lock:
+            if self._closed:
+                return []
+            now = time.monotonic()
+            seg = self._current
+            if seg is None and now >= self._retry_at and self._open_locked():
+                log.info("ledger journal %s is writable again", self.directory)
+            elif seg is not None and now - self._checked_at >= CHECK_EVERY_S:
+                self._checked_at = now
+                if not _same_file(seg.path, seg.inode):
+                    self._fail_locked(OSError(errno.ENOENT, f"{seg.path} was removed"))
+            seg = self._current
+            if seg is not None and seg.dropped and drained:
+                self._rotate_locked()  # so the records memory let go of can be re-read from a closed file
+            return [s for s in self._sealed if s.outstanding == 0]
+
+    def discard(self, seg: Segment) -> None:
+        """Everything in this sealed segment is in the database: delete it."""
+        with self._lock:
+            if seg in self._sealed:
+                self._sealed.remove(seg)
+            _remove(seg)
+
+    def close(self) -> None:
+        """Seal; delete what is fully committed, leave the rest on disk for the next replay."""
+        with self._lock:
+            self._closed = True
+            if self._current is not None:
+                self._sealed.append(self._current)
+                self._current = None
+            for seg in self._sealed:
+                if seg.outstanding == 0 and seg.dropped == 0:
+                    _remove(seg)
+                else:
+                    os.close(seg.fd)
+            self._sealed = []
+
+    # --- callers hold the lock ----------------------------------------------------------
+    def _open_locked(self) -> bool:
+        if self._closed:
+            return False
+        try:
+            seg = _create(self.directory)
+        except OSError as e:
+            self._fail_locked(e)
+            return False
+        if self._current is not None:
+            self._sealed.append(self._current)
+        self._current = seg
+        self.ok = True
+        self._checked_at = time.monotonic()
+        return True
+
+    def _rotate_locked(self) -> None:
+        old = self._current
+        if self._open_locked() and old is not None:
+            log.debug("ledger journal rotated past %s", old.path.name)
+
+    def _fail_locked(self, e: OSError) -> None:
+        if self.ok:
+            log.error("ledger journal %s failed, records are held in memory only: %s", self.directory, e)
+        self.ok = False
+        self._retry_at = time.monotonic() + REOPEN_AFTER_S
+        if self._current is not None:
+            self._sealed.append(self._current)
+            self._current = None
+
+
+def _create(directory: Path) -> Segment:
+    directory.mkdir(parents=True, exist_ok=True)
+    name = f"segment-{time.time_ns():020d}-{os.getpid()}-{secrets.token_hex(4)}{SUFFIX}"
+    path = directory / name
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o640)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return Segment(path, fd, os.fstat(fd).st_ino)
+    except OSError:
+        os.close(fd)
+        raise
+
+
+def _remove(seg: Segment) -> None:
+    # Unlink while the flock is held, so no replayer picks the file up in between.
+    try:
+        if _same_file(seg.path, seg.inode):
+            os.unlink(seg.path)
+    except OSError as e:
+        log.warning("could not delete imported journal segment %s: %s", seg.path, e)
+    finally:
+        os.close(seg.fd)
+
+
+def _same_file(path: Path, inode: int) -> bool:
+    try:
+        return os.stat(path).st_ino == inode
+    except OSError:
+        return False
+
+
+def read_segment(fd: int, stats: ReadStats) -> Iterator[Record]:
+    """Every whole record in the file; a torn or unreadable line is skipped and counted."""
+    offset, tail = 0, b""
+    while chunk := os.pread(fd, _READ_CHUNK, offset):
+        offset += len(chunk)
+        lines = (tail + chunk).split(b"\n")
+        tail = lines.pop()
+        for line in lines:
+            rec = _parse(line, stats)
+            if rec is not None:
+                yield rec
+    if tail.strip():
+        stats.skipped_lines += 1  # no newline: the write that made it never finished
+
+
+def _parse(line: bytes, stats: ReadStats) -> Record | None:
+    if not line.strip():
+        return None
+    try:
+        rec = Record.from_json_dict(orjson.loads(line))
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        stats.skipped_lines += 1
+        return None
+    stats.records += 1
+    return rec

@@ -1,0 +1,146 @@
+"""The durable ledger: journal first, database in batches, journal replayed at start."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import orjson
+
+from proxy.ledger.backlog import QUEUE_LIMIT, Backlog
+from proxy.ledger.importer import Importer
+from proxy.ledger.journal import SEGMENT_BYTES, Journal
+from proxy.ledger.replay import ReplayStats, replay
+from proxy.ledger.store import Store, open_store
+from proxy.record import Record
+
+log = logging.getLogger("llmmeter.ledger")
+
+# One line per record; datetimes as RFC 3339, naive ones taken as UTC.
+_JSON = orjson.OPT_APPEND_NEWLINE | orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC
+_LOST_LOG_EVERY_S = 10.0
+
+
+class Ledger:
+    """Call `start()` before serving, `append()` from the request path, `close()` at shutdown."""
+
+    def __init__(self, url: str, journal_dir: Path | None = None, fsync: bool = False,
+                 batch_size: int = 500, flush_interval_s: float = 0.05, *,
+                 queue_limit: int = QUEUE_LIMIT, segment_bytes: int = SEGMENT_BYTES,
+                 busy_timeout_s: float = 5.0) -> None:
+        self.store: Store = open_store(url, busy_timeout_s)
+        self.journal_dir = journal_dir if journal_dir is not None else self.store.default_journal_dir()
+        self.batch_size = batch_size
+        self.flush_interval_s = flush_interval_s
+        self.last_replay = ReplayStats()
+        self._journal = Journal(self.journal_dir, fsync, segment_bytes)
+        self._backlog = Backlog(queue_limit)
+        self._importer: Importer | None = None
+        self._lost_logged_at = float("-inf")
+        self._closed = False
+
+    # --- lifecycle ----------------------------------------------------------------------
+    def start(self) -> int:
+        """Migrate, replay the journal, then import in the background. Returns records replayed."""
+        if self._importer is not None:
+            raise RuntimeError("ledger already started")
+        self.store.migrate()
+        writer = self.store.writer()
+        try:
+            self.last_replay = replay(self.journal_dir, writer, self.batch_size)
+        finally:
+            writer.close()
+        self._journal.open()  # a journal that cannot open is reported by journal_ok, not raised
+        self._importer = Importer(self.store, self._backlog, self._journal, self.batch_size,
+                                  self.flush_interval_s)
+        self._importer.start()
+        return self.last_replay.records
+
+    def append(self, record: Record) -> None:
+        """Journal the record with one write and queue it for import; never raises, never waits on the DB."""
+        try:
+            kept = self._backlog.has_room()
+            try:
+                line: bytes | None = orjson.dumps(record, option=_JSON)
+            except TypeError:
+                log.exception("ledger record %s cannot be journaled", record.id)
+                line = None
+            segment = self._journal.write(line, kept) if line is not None else None
+            queued = self._backlog.put(record, segment, kept)
+            if segment is None and not kept:
+                self._log_lost()
+            if queued >= self.batch_size and self._importer is not None:
+                self._importer.wake()
+        except Exception:  # the client's response matters more than this record
+            log.exception("ledger append failed for record %s", record.id)
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until everything appended so far is committed; False on timeout."""
+        target = self._backlog.last_seq
+        importer = self._importer
+        if importer is None or not importer.is_alive():
+            return self._backlog.wait_committed(target, 0)
+        deadline = time.monotonic() + timeout
+        while True:
+            importer.wake()
+            left = deadline - time.monotonic()
+            if self._backlog.wait_committed(target, max(0.0, min(left, self.flush_interval_s))):
+                return True
+            if left <= 0:
+                return False
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Flush (up to `timeout`), stop the importer, close the journal; what did not land stays journaled."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._importer is not None:
+            if not self.flush(timeout):
+                log.warning("ledger closed with %d records not yet in the database (kept in the journal)",
+                            self.pending)
+            self._importer.stop()
+        self._journal.close()
+
+    # --- state --------------------------------------------------------------------------
+    @property
+    def pending(self) -> int:
+        """Records appended but not yet committed."""
+        return self._backlog.pending
+
+    @property
+    def healthy(self) -> bool:
+        """Database writes are succeeding."""
+        return self._importer.healthy if self._importer is not None else True
+
+    @property
+    def journal_ok(self) -> bool:
+        return self._journal.ok
+
+    @property
+    def lost(self) -> int:
+        """Records neither journaled nor held in memory (journal down and queue full)."""
+        return self._backlog.lost
+
+    # --- reads --------------------------------------------------------------------------
+    def rows(self, start_from: datetime, start_to: datetime, tenant: str | None = None) -> Iterator[Record]:
+        """Records with start in [from, to), ordered by (start, id), streamed from a cursor."""
+        return self.store.query(start_from, start_to, tenant)
+
+    def count(self, start_from: datetime, start_to: datetime, tenant: str | None = None) -> int:
+        return self.store.count(start_from, start_to, tenant)
+
+    def month_to_date_cost(self, now: datetime) -> dict[str, int]:
+        """Cost units per tenant in the UTC calendar month of `now`, summed by the database."""
+        now = (now if now.tzinfo is not None else now.replace(tzinfo=UTC)).astimezone(UTC)
+        first = datetime(now.year, now.month, 1, tzinfo=UTC)
+        following = (first + timedelta(days=32)).replace(day=1)
+        return self.store.cost_by_tenant(first, following)
+
+    def _log_lost(self) -> None:
+        now = time.monotonic()
+        if now - self._lost_logged_at >= _LOST_LOG_EVERY_S:
+            self._lost_logged_at = now
+            log.error("ledger journal down and memory queue full: %d records lost so far", self._backlog.lost)

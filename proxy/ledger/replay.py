@@ -1,0 +1,83 @@
+"""At start, every journal segment whose writer is gone goes into the database, then away."""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+
+from proxy.ledger.journal import SUFFIX, ReadStats, read_segment
+from proxy.ledger.store import Writer
+from proxy.record import Record
+
+log = logging.getLogger("llmmeter.ledger")
+
+
+@dataclass(slots=True)
+class ReplayStats:
+    segments: int = 0  # segment files imported and deleted
+    records: int = 0  # whole records read from them
+    inserted: int = 0  # of those, rows the database did not have yet
+    skipped_lines: int = 0  # torn or unreadable lines
+    busy: int = 0  # segments a live writer still holds
+
+
+def replay(directory: Path, writer: Writer, batch_size: int) -> ReplayStats:
+    """Import segments in creation order; ids already in the database are ignored."""
+    stats = ReplayStats()
+    for path in _segments(directory):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue  # another worker imported it first
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                stats.busy += 1
+                continue
+            if not _still_there(path, fd):
+                continue
+            read = ReadStats()
+            for batch in batches(read_segment(fd, read), batch_size):
+                stats.inserted += writer.insert_many(batch)
+            stats.records += read.records
+            stats.skipped_lines += read.skipped_lines
+            if read.skipped_lines:
+                log.warning("journal segment %s: skipped %d torn or unreadable line(s)", path.name, read.skipped_lines)
+            os.unlink(path)  # still under our flock, so nobody takes it twice
+            stats.segments += 1
+        finally:
+            os.close(fd)
+    if stats.records:
+        log.info("ledger journal replayed: %d records from %d segments, %d new", stats.records, stats.segments,
+                 stats.inserted)
+    return stats
+
+
+def batches(records: Iterable[Record], size: int) -> Iterator[list[Record]]:
+    it = iter(records)
+    while batch := list(islice(it, size)):
+        yield batch
+
+
+def _segments(directory: Path) -> list[Path]:
+    try:
+        names = sorted(e.name for e in os.scandir(directory) if e.name.endswith(SUFFIX) and e.is_file())
+    except FileNotFoundError:
+        return []
+    except OSError as e:
+        log.error("ledger journal %s cannot be read: %s", directory, e)
+        return []
+    return [directory / n for n in names]
+
+
+def _still_there(path: Path, fd: int) -> bool:
+    try:
+        return os.stat(path).st_ino == os.fstat(fd).st_ino
+    except OSError:
+        return False

@@ -1,0 +1,148 @@
+"""The SQLite ledger: WAL, one writer connection per importer thread, readers on their own."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from pathlib import Path
+
+from proxy.ledger import migrations
+from proxy.ledger.store import COLUMNS, StoreUnavailable, from_row, to_micros, to_row
+from proxy.record import Record
+
+_INSERT = (f"INSERT INTO requests ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))}) "
+           "ON CONFLICT (id) DO NOTHING")
+_SELECT = f"SELECT {', '.join(COLUMNS)} FROM requests"
+_FETCH = 1024
+
+
+class SqliteStore:
+    def __init__(self, path: Path, busy_timeout_s: float = 5.0) -> None:
+        self.path = path
+        self.busy_timeout_s = busy_timeout_s
+
+    def _connect(self, readonly: bool = False) -> sqlite3.Connection:
+        try:
+            if not readonly:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            # isolation_level=None: transactions are spelled out, never begun implicitly.
+            con = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None)
+            con.execute("PRAGMA synchronous=NORMAL")
+            if readonly:
+                con.execute("PRAGMA query_only=ON")
+            return con
+        except (sqlite3.Error, OSError) as e:
+            raise StoreUnavailable(f"{self.path}: {e}") from e
+
+    def default_journal_dir(self) -> Path:
+        return self.path.parent / "journal"
+
+    def migrate(self) -> int:
+        con = self._connect()
+        try:
+            con.execute("PRAGMA journal_mode=WAL")
+            # IMMEDIATE takes the write lock first, so two workers starting together apply each migration once.
+            con.execute("BEGIN IMMEDIATE")
+            con.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
+                        "name TEXT NOT NULL, applied_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)")
+            applied = {v for (v,) in con.execute("SELECT version FROM schema_migrations")}
+            ran = 0
+            for m in migrations.load():
+                if m.version in applied:
+                    continue
+                for statement in _statements(m.sql):
+                    con.execute(statement)
+                con.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", (m.version, m.name))
+                ran += 1
+            con.execute("COMMIT")
+            return ran
+        except sqlite3.Error as e:
+            if con.in_transaction:
+                con.execute("ROLLBACK")
+            raise StoreUnavailable(f"{self.path}: migration failed: {e}") from e
+        finally:
+            con.close()
+
+    def writer(self) -> SqliteWriter:
+        return SqliteWriter(self._connect(), self.path)
+
+    def query(self, start_from: datetime, start_to: datetime, tenant: str | None) -> Iterator[Record]:
+        where, params = _range(start_from, start_to, tenant)
+        con = self._connect(readonly=True)
+        try:
+            cur = con.execute(f"{_SELECT} WHERE {where} ORDER BY start, id", params)
+            while batch := cur.fetchmany(_FETCH):
+                for row in batch:
+                    yield from_row(row)
+        except sqlite3.Error as e:
+            raise StoreUnavailable(f"{self.path}: {e}") from e
+        finally:
+            con.close()
+
+    def count(self, start_from: datetime, start_to: datetime, tenant: str | None) -> int:
+        where, params = _range(start_from, start_to, tenant)
+        con = self._connect(readonly=True)
+        try:
+            (n,) = con.execute(f"SELECT COUNT(*) FROM requests WHERE {where}", params).fetchone()
+            return int(n)
+        except sqlite3.Error as e:
+            raise StoreUnavailable(f"{self.path}: {e}") from e
+        finally:
+            con.close()
+
+    def cost_by_tenant(self, start_from: datetime, start_to: datetime) -> dict[str, int]:
+        where, params = _range(start_from, start_to, None)
+        con = self._connect(readonly=True)
+        try:
+            cur = con.execute(f"SELECT tenant, SUM(cost_units) FROM requests WHERE {where} "
+                              "AND cost_units IS NOT NULL GROUP BY tenant", params)
+            return {tenant: int(units) for tenant, units in cur}
+        except sqlite3.Error as e:
+            raise StoreUnavailable(f"{self.path}: {e}") from e
+        finally:
+            con.close()
+
+
+class SqliteWriter:
+    """The importer thread's connection; every failure surfaces as StoreUnavailable."""
+
+    def __init__(self, con: sqlite3.Connection, path: Path) -> None:
+        self.con, self.path = con, path
+
+    def insert_many(self, records: Sequence[Record]) -> int:
+        rows = [to_row(r) for r in records]
+        try:
+            self.con.execute("BEGIN IMMEDIATE")
+            added = self.con.executemany(_INSERT, rows).rowcount
+            self.con.execute("COMMIT")
+            return added
+        except sqlite3.Error as e:
+            with contextlib.suppress(sqlite3.Error):  # the caller drops this connection anyway
+                if self.con.in_transaction:
+                    self.con.execute("ROLLBACK")
+            raise StoreUnavailable(f"{self.path}: {e}") from e
+
+    def close(self) -> None:
+        with contextlib.suppress(sqlite3.Error):  # a broken connection has nothing left to save
+            self.con.close()
+
+
+def _range(start_from: datetime, start_to: datetime, tenant: str | None) -> tuple[str, tuple[object, ...]]:
+    if tenant is None:
+        return "start >= ? AND start < ?", (to_micros(start_from), to_micros(start_to))
+    return "tenant = ? AND start >= ? AND start < ?", (tenant, to_micros(start_from), to_micros(start_to))
+
+
+def _statements(script: str) -> Iterator[str]:
+    """Split a migration into statements the way SQLite itself sees their ends."""
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            if pending.strip():
+                yield pending
+            pending = ""
+    if pending.strip() and not all(ln.strip().startswith("--") or not ln.strip() for ln in pending.splitlines()):
+        raise ValueError("migration ends inside a statement")

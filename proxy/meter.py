@@ -1,0 +1,143 @@
+"""Turns what one exchange told us into a priced, journaled ledger record.
+
+The relay knows bytes; this module knows money. It decides when tokens must be
+estimated, resolves model, tier and price entry (SPEC "Price tables"), writes the record
+to the ledger's journal and counts it in the metrics — in that order, so a record is
+durable before the client gets its last byte.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from pricing import Cost, PriceBook, cost
+from proxy.metrics import Metrics
+from proxy.record import Record
+from proxy.settings import Workloads
+from proxy.tokens import Estimator
+from proxy.usage import Observed, Usage
+
+METERED = frozenset({"chat", "completions", "embeddings", "responses", "messages"})
+_TAG_UNSAFE = re.compile(r"[^A-Za-z0-9_.:/\-]")
+MAX_TAG = 64
+MAX_FIELD = 256
+
+
+class Journal(Protocol):
+    def append(self, record: Record) -> None: ...
+
+
+@dataclass(slots=True)
+class Exchange:
+    """One request in flight: what the relay has learned so far (never any text)."""
+
+    start: datetime
+    t0: float  # perf_counter at arrival
+    endpoint: str
+    tenant: str
+    id: str = field(default_factory=lambda: new_id())
+    stream: bool = False
+    upstream: str = ""
+    self_hosted: bool = False
+    model_requested: str | None = None
+    tier_requested: str | None = None
+    end_user: str | None = None
+    tag: str | None = None
+    request: Any = None  # parsed JSON body, kept in memory only for estimating
+    code: int = 0
+    outcome: str = "ok"
+    ttft_s: float | None = None
+    upstream_request_id: str | None = None
+    overhead_s: float = 0.0
+
+
+def new_id() -> str:
+    """Time-ordered ids keep the ledger's primary-key index append-only."""
+    return f"{time.time_ns():016x}{os.urandom(8).hex()}"
+
+
+def clean_tag(value: str | None) -> str | None:
+    if not value:
+        return None
+    return _TAG_UNSAFE.sub("_", value.strip())[:MAX_TAG] or None
+
+
+def bounded(value: object) -> str | None:
+    return value[:MAX_FIELD] if isinstance(value, str) and value else None
+
+
+class Meter:
+    def __init__(self, book: PriceBook, estimator: Estimator, workloads: Workloads,
+                 journal: Journal, metrics: Metrics) -> None:
+        self.book, self.estimator, self.workloads = book, estimator, workloads
+        self.journal, self.metrics = journal, metrics
+
+    def needs_estimate(self, ex: Exchange, observed: Observed) -> bool:
+        """Estimate only when tokens were surely spent and the upstream said nothing."""
+        if observed.usage is not None or ex.endpoint not in METERED or ex.request is None:
+            return False
+        if ex.outcome in ("client_closed", "upstream_reset", "upstream_timeout"):
+            return ex.code != 0 or ex.outcome == "client_closed"
+        return 200 <= ex.code < 300
+
+    async def finish(self, ex: Exchange, observed: Observed,
+                     completion_text: Callable[[], str]) -> Record:
+        usage, source = observed.usage, "upstream"
+        if self.needs_estimate(ex, observed):
+            # tiktoken's first load takes a second: keep it off the event loop.
+            usage = await asyncio.to_thread(self._estimate, ex, observed, completion_text)
+            source = "estimated"
+        return self.record(ex, observed, usage, source)
+
+    def _estimate(self, ex: Exchange, observed: Observed, completion_text: Callable[[], str]) -> Usage:
+        model = observed.model or ex.model_requested
+        prompt = self.estimator.prompt_tokens(ex.endpoint, model, ex.request)
+        output = 0 if ex.endpoint == "embeddings" else self.estimator.count_text(model, completion_text())
+        return Usage(input_tokens=prompt, cache_read_tokens=0, cache_write_tokens=0,
+                     output_tokens=output, reasoning_tokens=None)
+
+    def record(self, ex: Exchange, observed: Observed, usage: Usage | None, source: str) -> Record:
+        flags: list[str] = list(usage.flags) if usage else []
+        if usage is None and ex.endpoint in METERED:
+            flags.append("no_usage")
+        u = usage or Usage(0, 0, 0, 0, None)
+        canonical = self.book.canonical_model(observed.model, ex.model_requested)
+        tier = None
+        if ex.endpoint in METERED:
+            tier = self.book.resolve_tier(
+                observed.model or ex.model_requested,
+                (observed.speed, observed.service_tier, ex.tier_requested))
+        rec = Record(
+            id=ex.id, start=ex.start, tenant=ex.tenant, endpoint=ex.endpoint, stream=ex.stream,
+            code=ex.code, outcome=ex.outcome, upstream=ex.upstream, end_user=ex.end_user,
+            model_requested=ex.model_requested, response_model=bounded(observed.model),
+            model=canonical, tier=tier,
+            input_tokens=u.input_tokens, cache_read_tokens=u.cache_read_tokens,
+            cache_write_tokens=u.cache_write_tokens, output_tokens=u.output_tokens,
+            reasoning_tokens=u.reasoning_tokens, usage_source=source, flags=flags,
+            duration_ms=round((time.perf_counter() - ex.t0) * 1000),
+            ttft_ms=None if ex.ttft_s is None else round(ex.ttft_s * 1000),
+            tag=ex.tag, upstream_request_id=bounded(ex.upstream_request_id or observed.upstream_request_id),
+        )
+        priced: Cost | None = None
+        if ex.endpoint in METERED:
+            rec.workload = self.workloads.classify(rec.input_side_tokens)
+            if canonical is not None and tier is not None:
+                found = self.book.resolve(canonical, tier, ex.start, upstream=ex.upstream or None)
+                if found is not None:
+                    if found.tier_fallback:
+                        flags.append("tier_fallback")
+                    p = found.price
+                    rec.price_model, rec.price_tier, rec.price_effective_from = p.model, p.tier, p.effective_from
+                    priced = cost(p, u.input_tokens, u.cache_read_tokens, u.cache_write_tokens, u.output_tokens)
+                    rec.cost_units = priced.total
+        self.journal.append(rec)
+        self.metrics.observe(rec, priced, ex.overhead_s)
+        return rec

@@ -1,0 +1,172 @@
+"""Prometheus metrics (SPEC "Prometheus metrics"), registered on an injected registry.
+
+Label values come only from configuration; anything else becomes `other`, so no client
+can grow the series count. Counters are a float view of the exact integer ledger.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from decimal import Decimal
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from pricing import Cost, PriceBook
+from proxy.record import COST_UNITS_PER_USD, Record
+from proxy.settings import Settings
+
+OTHER = "other"
+ENDPOINTS = frozenset({"chat", "completions", "embeddings", "responses", "messages", "models", "other"})
+TOKEN_BUCKETS = (16, 64, 256, 1024, 4096, 16384, 32768, 65536, 131072, 262144, 524288, 1048576)
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1)
+
+
+class Labels:
+    """Maps request values onto the configured label sets."""
+
+    def __init__(self, settings: Settings, book: PriceBook) -> None:
+        self.models = frozenset(book.models)
+        self.tiers = frozenset({"standard", "highspeed"} | {t for m in book.models for t in book.tiers(m)}
+                               | {to for _, to in settings.tier_aliases})
+        self.tenants = frozenset({"default"} | {t.name for t in settings.tenants})
+        self.tags = frozenset(settings.tags)
+        self.upstreams = frozenset(u.name for u in settings.upstreams)
+
+    @staticmethod
+    def pick(value: str | None, allowed: frozenset[str]) -> str:
+        return value if value is not None and value in allowed else OTHER
+
+
+class Metrics:
+    def __init__(self, settings: Settings, book: PriceBook, registry: CollectorRegistry,
+                 month_to_date: Callable[[datetime], Mapping[str, int]] | None = None,
+                 pending: Callable[[], int] | None = None) -> None:
+        self.labels = Labels(settings, book)
+        r = registry
+        self.requests = Counter("llmmeter_requests", "Requests through the proxy",
+                                ["upstream", "endpoint", "model", "tier", "tenant", "code", "outcome"], registry=r)
+        self.tokens = Counter("llmmeter_tokens", "Tokens by billing category",
+                              ["model", "tier", "tenant", "type"], registry=r)
+        self.reasoning = Counter("llmmeter_reasoning_tokens", "Reasoning tokens (a subset of output)",
+                                 ["model", "tier", "tenant"], registry=r)
+        self.cost = Counter("llmmeter_cost_usd", "Cost in USD by billing category",
+                            ["model", "tier", "tenant", "type"], registry=r)
+        self.estimated = Counter("llmmeter_estimated_requests", "Requests whose tokens were estimated",
+                                 ["model"], registry=r)
+        self.unpriced = Counter("llmmeter_unpriced_requests", "Requests with no price entry",
+                                ["model"], registry=r)
+        self.duration = Histogram("llmmeter_request_duration_seconds", "Request duration",
+                                  ["endpoint", "model"], buckets=LATENCY_BUCKETS, registry=r)
+        self.ttft = Histogram("llmmeter_time_to_first_token_seconds", "Time to first token (streams)",
+                              ["model", "tier"], buckets=LATENCY_BUCKETS, registry=r)
+        self.overhead = Histogram("llmmeter_proxy_overhead_seconds", "Time the proxy itself adds",
+                                  ["endpoint"], buckets=OVERHEAD_BUCKETS, registry=r)
+        self.upstream_errors = Counter("llmmeter_upstream_errors", "Upstream failures",
+                                       ["upstream", "kind"], registry=r)
+        self.input_tokens = Histogram("llmmeter_request_input_tokens", "Input-side tokens per request",
+                                      ["model"], buckets=TOKEN_BUCKETS, registry=r)
+        self.output_tokens = Histogram("llmmeter_request_output_tokens", "Output tokens per request",
+                                       ["model"], buckets=TOKEN_BUCKETS, registry=r)
+        self.tagged_cost = Counter("llmmeter_tagged_cost_usd", "Cost by tag and workload class",
+                                   ["tag", "workload"], registry=r)
+        budget = Gauge("llmmeter_monthly_budget_usd", "Configured monthly budgets", ["tenant"], registry=r)
+        budget.labels("all").set(float(settings.monthly_budget_usd))
+        for t in settings.tenants:
+            budget.labels(t.name).set(float(t.monthly_budget_usd))
+        Gauge("llmmeter_selfhost_monthly_cost_usd", "Monthly self-hosting cost from [selfhost]",
+              registry=r).set(float(settings.selfhost.monthly_cost_usd()))
+        node = Gauge("llmmeter_selfhost_node_tokens_per_second", "Assumed node throughput",
+                     ["phase"], registry=r)
+        node.labels("prefill").set(settings.selfhost.node_prefill_tokens_per_s)
+        node.labels("decode").set(settings.selfhost.node_decode_tokens_per_s)
+        r.register(_Live(book, self.labels, month_to_date, pending))
+
+    def observe(self, rec: Record, cost: Cost | None, overhead_s: float) -> None:
+        """Counts one finished request; called after the record is journaled."""
+        lb = self.labels
+        model = lb.pick(rec.model, lb.models)
+        tier = lb.pick(rec.tier, lb.tiers) if rec.tier else OTHER
+        tenant = lb.pick(rec.tenant, lb.tenants)
+        endpoint = rec.endpoint if rec.endpoint in ENDPOINTS else OTHER
+        self.requests.labels(lb.pick(rec.upstream, lb.upstreams), endpoint, model, tier, tenant,
+                             str(rec.code), rec.outcome).inc()
+        self.duration.labels(endpoint, model).observe(rec.duration_ms / 1000)
+        self.overhead.labels(endpoint).observe(overhead_s)
+        if rec.ttft_ms is not None:
+            self.ttft.labels(model, tier).observe(rec.ttft_ms / 1000)
+        if endpoint in ("models", "other"):
+            return
+        for kind, n in (("input", rec.input_tokens), ("cache_read", rec.cache_read_tokens),
+                        ("cache_write", rec.cache_write_tokens), ("output", rec.output_tokens)):
+            if n:
+                self.tokens.labels(model, tier, tenant, kind).inc(n)
+        if rec.reasoning_tokens:
+            self.reasoning.labels(model, tier, tenant).inc(rec.reasoning_tokens)
+        if rec.usage_source == "estimated":
+            self.estimated.labels(model).inc()
+        self.input_tokens.labels(model).observe(rec.input_side_tokens)
+        self.output_tokens.labels(model).observe(rec.output_tokens)
+        if cost is None:
+            if rec.outcome != "rejected":
+                self.unpriced.labels(model).inc()
+            return
+        for kind, units in (("input", cost.input), ("cache_read", cost.cache_read),
+                            ("cache_write", cost.cache_write), ("output", cost.output)):
+            if units:
+                self.cost.labels(model, tier, tenant, kind).inc(units / COST_UNITS_PER_USD)
+        self.tagged_cost.labels(lb.pick(rec.tag, lb.tags), rec.workload or OTHER).inc(
+            cost.total / COST_UNITS_PER_USD)
+
+
+class _Live(Collector):
+    """Gauges computed at scrape time: prices in force, month-to-date spend, backlog."""
+
+    def __init__(self, book: PriceBook, labels: Labels,
+                 month_to_date: Callable[[datetime], Mapping[str, int]] | None,
+                 pending: Callable[[], int] | None) -> None:
+        self.book, self.lb = book, labels
+        self.month_to_date, self.pending = month_to_date, pending
+        self._mtd: tuple[float, Mapping[str, int]] = (0.0, {})
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        now = datetime.now(UTC)
+        price = GaugeMetricFamily("llmmeter_price_per_million_usd", "Prices in force now",
+                                  labels=["model", "tier", "type"])
+        for p in self.book.in_force(now):
+            if p.upstream is None:
+                for kind in ("input", "cache_read", "cache_write", "output"):
+                    price.add_metric([p.model, p.tier, kind], float(getattr(p, kind)))
+        yield price
+        pending = GaugeMetricFamily("llmmeter_ledger_pending_records",
+                                    "Records journaled but not yet in the database")
+        pending.add_metric([], float(self.pending() if self.pending else 0))
+        yield pending
+        mtd = GaugeMetricFamily("llmmeter_month_to_date_cost_usd", "Spend this UTC month, from the ledger",
+                                labels=["tenant"])
+        for tenant, units in self._month_to_date(now).items():
+            mtd.add_metric([tenant], float(Decimal(units) / COST_UNITS_PER_USD))
+        yield mtd
+
+    def _month_to_date(self, now: datetime) -> Mapping[str, int]:
+        # The ledger query scans the month; a 15 s cache keeps scrapes cheap.
+        if self.month_to_date is None:
+            return {}
+        stamp, cached = self._mtd
+        if time.monotonic() - stamp < 15:
+            return cached
+        try:
+            raw = self.month_to_date(now)
+        except Exception:  # a failing database must not break /metrics
+            return cached
+        folded: dict[str, int] = {}
+        for tenant, units in raw.items():
+            key = self.lb.pick(tenant, self.lb.tenants)
+            folded[key] = folded.get(key, 0) + units
+        folded["all"] = sum(raw.values())
+        self._mtd = (time.monotonic(), folded)
+        return folded

@@ -1,0 +1,87 @@
+"""The ledger record: one per request, the unit the journal, database and export share."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from datetime import UTC, datetime
+from typing import Any
+
+# SPEC "Ledger": export columns, in this order; new ones are only ever appended.
+EXPORT_COLUMNS: tuple[str, ...] = (
+    "id", "start", "tenant", "upstream", "endpoint", "model_requested", "model", "tier",
+    "stream", "code", "input_tokens", "cache_read_tokens", "cache_write_tokens",
+    "output_tokens", "reasoning_tokens", "usage_source", "price_effective_from", "cost_usd",
+    "duration_ms", "ttft_ms", "tag", "workload", "outcome", "end_user", "response_model",
+    "upstream_request_id",
+)
+
+# Money in the ledger is an integer count of 10^-10 USD (SPEC "Price tables").
+COST_UNITS_PER_USD = 10**10
+
+
+@dataclass(slots=True)
+class Record:
+    """Everything llmmeter keeps about one request. Never prompt or completion text."""
+
+    id: str
+    start: datetime  # UTC, timezone-aware
+    tenant: str
+    endpoint: str  # "chat", "completions", "embeddings", "responses", "messages", "models", "other"
+    stream: bool
+    code: int  # HTTP status the client got; 0 when none was sent
+    outcome: str  # ok | upstream_http_error | upstream_unreachable | upstream_timeout | ...
+    upstream: str = ""
+    end_user: str | None = None
+    model_requested: str | None = None
+    response_model: str | None = None
+    model: str | None = None  # canonical price-table model, None when unknown
+    tier: str | None = None
+    input_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int | None = None
+    usage_source: str = "upstream"  # upstream | estimated
+    flags: list[str] = field(default_factory=list)
+    price_model: str | None = None
+    price_tier: str | None = None
+    price_effective_from: datetime | None = None
+    cost_units: int | None = None  # 10^-10 USD; None when unpriced
+    duration_ms: int = 0
+    ttft_ms: int | None = None
+    tag: str | None = None
+    workload: str | None = None
+    upstream_request_id: str | None = None
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """A JSON-safe dict (times as RFC 3339) used by the journal."""
+        d = asdict(self)
+        d["start"] = _iso(self.start)
+        d["price_effective_from"] = _iso(self.price_effective_from)
+        return d
+
+    @classmethod
+    def from_json_dict(cls, d: dict[str, Any]) -> Record:
+        known = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in d.items() if k in known}
+        kw["start"] = _parse(kw["start"])
+        kw["price_effective_from"] = _parse(kw.get("price_effective_from"))
+        kw["flags"] = list(kw.get("flags") or [])
+        return cls(**kw)
+
+    @property
+    def input_side_tokens(self) -> int:
+        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
+
+
+def _iso(t: datetime | None) -> str | None:
+    if t is None:
+        return None
+    return t.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _parse(s: str | None) -> datetime | None:
+    if s is None:
+        return None
+    t = datetime.fromisoformat(s.replace("Z", "+00:00"))
+    return t if t.tzinfo else t.replace(tzinfo=UTC)

@@ -1,0 +1,359 @@
+"""The hot path: one raw-ASGI handler for every /v1/* request.
+
+Flow: read the client's body (bounded) -> authenticate -> pick the upstream -> forward
+-> relay the answer chunk by chunk while a sans-io tap reads usage -> journal the record
+before the last bytes go out (SPEC "Ledger"). A raw ASGI callable instead of a framework
+route keeps the per-request cost near the bare relay's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import time
+import zlib
+from collections.abc import Awaitable, Callable, MutableMapping
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+import orjson
+from yarl import URL
+
+from proxy.errors import error_body
+from proxy.meter import METERED, Exchange, Meter, bounded, clean_tag
+from proxy.metrics import Metrics
+from proxy.settings import Settings, Upstream
+from proxy.tap import StreamTap
+from proxy.upstream import Pool, Router, request_headers, response_headers, target_url
+from proxy.usage import Observed, parse_body
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+ENDPOINTS = {
+    "/v1/chat/completions": "chat", "/v1/completions": "completions",
+    "/v1/embeddings": "embeddings", "/v1/responses": "responses", "/v1/messages": "messages",
+}
+MAX_METERED_BODY = 64 * 1024 * 1024  # non-streamed bodies kept (in memory) for reading usage
+
+
+class StreamBroken(Exception):
+    """Raised after the response started, so the server aborts the client's connection
+    instead of ending it cleanly: the client must see the upstream's failure (SPEC)."""
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class Relay:
+    def __init__(self, settings: Settings, router: Router, pool: Pool, meter: Meter,
+                 metrics: Metrics) -> None:
+        self.settings, self.router, self.pool = settings, router, pool
+        self.meter, self.metrics = meter, metrics
+        self.max_body = settings.max_body_mb * 1024 * 1024
+        # sha256(key) hex -> tenant; compared with hmac.compare_digest below.
+        self.keys = [(h, t.name) for t in settings.tenants for h in t.key_sha256]
+        self.tenant_names = frozenset(t.name for t in settings.tenants)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        t0 = time.perf_counter()
+        path: str = scope["path"]
+        method: str = scope["method"]
+        endpoint = ENDPOINTS.get(path, "models" if path == "/v1/models" else "other")
+        if method != "POST" and endpoint in METERED:
+            endpoint = "other"
+        anthropic = path.startswith("/v1/messages")
+        headers: list[tuple[bytes, bytes]] = scope["headers"]
+        ex = Exchange(start=datetime.now(UTC), t0=t0, endpoint=endpoint, tenant="default")
+        ex.tag = clean_tag(_header(headers, b"x-llmmeter-tag"))
+
+        tenant = self._authenticate(headers)
+        if tenant is None:
+            ex.tenant = "unauthenticated"
+            await self._reject(ex, send, 401, "missing or unknown proxy key", "invalid_api_key",
+                               "authentication_error", anthropic, "invalid_request_error")
+            return
+        ex.tenant = tenant
+        if ".." in path.split("/") or "//" in path:
+            await self._reject(ex, send, 400, "invalid path", "invalid_path",
+                               "invalid_request_error", anthropic)
+            return
+        try:
+            body = await _read_body(receive, headers, self.max_body)
+        except _TooLarge:
+            await self._reject(ex, send, 413, f"request body is larger than {self.settings.max_body_mb} MB "
+                               "(server.max_body_mb)", "request_too_large", "request_too_large", anthropic,
+                               "invalid_request_error")
+            return
+        if body is None:  # the client left while sending its body
+            ex.outcome = "client_closed"
+            self.meter.record(ex, Observed(), None, "upstream")
+            return
+
+        drop_usage_only = False
+        if endpoint in METERED:
+            problem = self._read_request(ex, body)
+            if problem:
+                await self._reject(ex, send, 400, problem, "invalid_json", "invalid_request_error", anthropic)
+                return
+        up = self.router.route(ex.model_requested)
+        if up is None:
+            await self._reject(ex, send, 404, f"The model `{ex.model_requested}` does not exist or is not "
+                               "served by this proxy", "model_not_found", "invalid_request_error",
+                               anthropic, "not_found_error")
+            return
+        ex.upstream, ex.self_hosted = up.name, up.self_hosted
+        if ex.stream and endpoint in ("chat", "completions") and up.inject_include_usage:
+            body, drop_usage_only = _inject_include_usage(ex.request, body)
+
+        out_headers = request_headers(headers, up, metered=endpoint in METERED, anthropic=anthropic,
+                                      strip_client_auth=bool(self.keys))
+        url = target_url(up, path, scope.get("query_string", b""))
+        await self._forward(ex, up, method, url, out_headers, body, drop_usage_only, anthropic, receive, send)
+
+    def _authenticate(self, headers: list[tuple[bytes, bytes]]) -> str | None:
+        if not self.keys:
+            name = bounded((_header(headers, b"x-llmmeter-tenant") or "").strip())
+            return name or "default"
+        presented = _presented_key(headers)
+        if presented is None:
+            return None
+        digest = hashlib.sha256(presented.encode()).hexdigest()
+        found = None
+        for h, tenant in self.keys:  # no early exit: the time does not depend on the match
+            if hmac.compare_digest(h, digest):
+                found = tenant
+        return found
+
+    def _read_request(self, ex: Exchange, body: bytes) -> str | None:
+        try:
+            req = orjson.loads(body)
+        except orjson.JSONDecodeError as e:
+            return f"request body is not valid JSON: {e}"
+        if not isinstance(req, dict):
+            return "request body must be a JSON object"
+        ex.request = req
+        model = req.get("model")
+        ex.model_requested = bounded(model) if isinstance(model, str) else None
+        ex.stream = req.get("stream") is True
+        tier = req.get("service_tier") or req.get("speed")
+        ex.tier_requested = tier[:32] if isinstance(tier, str) else None
+        meta = req.get("metadata")
+        ex.end_user = bounded(req.get("user")) or (bounded(meta.get("user_id")) if isinstance(meta, dict) else None)
+        return None
+
+    async def _reject(self, ex: Exchange, send: Send, status: int, message: str, code: str, kind: str,
+                      anthropic: bool, anthropic_kind: str | None = None) -> None:
+        body = error_body(message, anthropic_kind or kind if anthropic else kind, code, anthropic)
+        await _send_whole(send, status, body)
+        ex.code, ex.outcome = status, "rejected"
+        self.meter.record(ex, Observed(), None, "upstream")
+
+    async def _forward(self, ex: Exchange, up: Upstream, method: str, url: str,
+                       headers: list[tuple[str, str]], body: bytes, drop_usage_only: bool,
+                       anthropic: bool, receive: Receive, send: Send) -> None:
+        session = self.pool.sessions[up.name]
+        task = asyncio.current_task()
+        gone = asyncio.Event()
+        watcher = asyncio.create_task(_watch_disconnect(receive, gone, task))
+        tap: StreamTap | None = None
+        recorded = False
+        resp: aiohttp.ClientResponse | None = None
+        held: bytes | None = None
+        try:
+            ex.overhead_s += time.perf_counter() - ex.t0
+            try:
+                resp = await session.request(method, URL(url, encoded=True), data=body or None,
+                                             headers=headers, allow_redirects=False)
+            except TimeoutError:
+                self.metrics.upstream_errors.labels(up.name, "timeout").inc()
+                await self._fail(ex, send, 504, "upstream_timeout", "the upstream did not answer in time",
+                                 anthropic)
+                recorded = True
+                return
+            except aiohttp.ClientError as e:
+                self.metrics.upstream_errors.labels(up.name, "unreachable").inc()
+                await self._fail(ex, send, 502, "upstream_unreachable",
+                                 f"the upstream could not be reached ({type(e).__name__})", anthropic)
+                recorded = True
+                return
+            t_mark = time.perf_counter()
+            ex.code = resp.status
+            ex.upstream_request_id = resp.headers.get("x-request-id") or resp.headers.get("request-id")
+            if resp.status >= 400:
+                ex.outcome = "upstream_http_error"
+                if resp.status >= 500 or resp.status == 429:
+                    self.metrics.upstream_errors.labels(up.name, "http_error").inc()
+            metered = ex.endpoint in METERED
+            is_sse = resp.content_type == "text/event-stream"
+            encoding = resp.headers.get("content-encoding", "").lower()
+            decoder = _decoder(encoding) if metered else None
+            if metered and encoding not in ("", "identity") and decoder is None:
+                metered = False  # an encoding we cannot read: relay untouched, estimate instead
+            edit = drop_usage_only and is_sse and not encoding
+            tap = StreamTap(ex.endpoint, edit) if metered and is_sse else None
+            await send({"type": "http.response.start", "status": resp.status,
+                        "headers": response_headers(resp.raw_headers, body_edited=edit)})
+            ex.overhead_s += time.perf_counter() - t_mark
+            buffered = bytearray()
+            async for chunk in resp.content.iter_any():
+                t_mark = time.perf_counter()
+                if tap is not None:
+                    if decoder is None:
+                        out = tap.feed(chunk)
+                    else:
+                        tap.feed(decoder.decompress(chunk))
+                        out = chunk  # a compressed stream is relayed as it came
+                    if ex.ttft_s is None and tap.content_started:
+                        ex.ttft_s = t_mark - ex.t0
+                    if tap.done and not recorded:
+                        recorded = True
+                        await self._finish(ex, tap.observed(), tap.completion_text)
+                    ex.overhead_s += time.perf_counter() - t_mark
+                    if out:
+                        await send({"type": "http.response.body", "body": out, "more_body": True})
+                    continue
+                if metered and len(buffered) < MAX_METERED_BODY:
+                    buffered += chunk
+                # Hold the newest chunk back: the record is journaled before the last one goes out.
+                if held is not None:
+                    await send({"type": "http.response.body", "body": held, "more_body": True})
+                held = chunk
+                ex.overhead_s += time.perf_counter() - t_mark
+            t_mark = time.perf_counter()
+            if tap is not None:
+                rest = tap.finish()
+                if not recorded:
+                    recorded = True
+                    await self._finish(ex, tap.observed(), tap.completion_text)
+                ex.overhead_s += time.perf_counter() - t_mark
+                await send({"type": "http.response.body", "body": rest, "more_body": False})
+                return
+            if not recorded:
+                recorded = True
+                if metered:
+                    data = bytes(buffered)
+                    if decoder is not None:
+                        data = _decompress_all(encoding, data)
+                    observed, text = parse_body(ex.endpoint, data)
+                    await self._finish(ex, observed, lambda: text)
+                else:
+                    self.meter.record(ex, Observed(), None, "upstream")
+            ex.overhead_s += time.perf_counter() - t_mark
+            await send({"type": "http.response.body", "body": held or b"", "more_body": False})
+        except asyncio.CancelledError:
+            if not gone.is_set() or task is None:
+                raise
+            task.uncancel()  # we cancelled ourselves because the client left
+            ex.outcome = "client_closed"
+            if not recorded:
+                recorded = True
+                await self._record_partial(ex, tap)
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError) as e:
+            timeout = isinstance(e, TimeoutError)
+            kind = "timeout" if timeout else "reset"
+            self.metrics.upstream_errors.labels(up.name, kind).inc()
+            ex.outcome = "upstream_timeout" if timeout else "upstream_reset"
+            if not recorded:
+                recorded = True
+                await self._record_partial(ex, tap)
+            raise StreamBroken(f"upstream {kind} mid-response") from e
+        finally:
+            watcher.cancel()
+            if resp is not None:
+                if recorded and ex.outcome == "ok":
+                    resp.release()
+                else:
+                    resp.close()  # a half-read or abandoned body: drop the connection
+
+    async def _finish(self, ex: Exchange, observed: Observed, text: Callable[[], str]) -> None:
+        # Shielded: a client leaving mid-estimate must not cost the record.
+        await asyncio.shield(self.meter.finish(ex, observed, text))
+
+    async def _record_partial(self, ex: Exchange, tap: StreamTap | None) -> None:
+        observed = tap.observed() if tap is not None else Observed()
+        await self._finish(ex, observed, tap.completion_text if tap is not None else str)
+
+    async def _fail(self, ex: Exchange, send: Send, status: int, outcome: str, message: str,
+                    anthropic: bool) -> None:
+        kind = "api_error" if anthropic else "upstream_error"
+        await _send_whole(send, status, error_body(message, kind, outcome, anthropic))
+        ex.code, ex.outcome = status, outcome
+        self.meter.record(ex, Observed(), None, "upstream")
+
+
+def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str | None:
+    for k, v in headers:
+        if k == name:
+            return v.decode("latin-1")
+    return None
+
+
+def _presented_key(headers: list[tuple[bytes, bytes]]) -> str | None:
+    auth = _header(headers, b"authorization")
+    if auth and auth[:7].lower() == "bearer ":
+        return auth[7:].strip() or None
+    return _header(headers, b"x-api-key") or None
+
+
+async def _read_body(receive: Receive, headers: list[tuple[bytes, bytes]], limit: int) -> bytes | None:
+    declared = _header(headers, b"content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise _TooLarge
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        msg = await receive()
+        if msg["type"] == "http.disconnect":
+            return None
+        part = msg.get("body", b"")
+        size += len(part)
+        if size > limit:
+            raise _TooLarge
+        chunks.append(part)
+        if not msg.get("more_body"):
+            return b"".join(chunks)
+
+
+async def _watch_disconnect(receive: Receive, gone: asyncio.Event, task: asyncio.Task[Any] | None) -> None:
+    """After the body is read, the next ASGI message can only be the client leaving."""
+    msg = await receive()
+    if msg["type"] == "http.disconnect" and task is not None:
+        gone.set()
+        task.cancel()
+
+
+def _inject_include_usage(req: Any, body: bytes) -> tuple[bytes, bool]:
+    """Ask for the usage chunk when the client did not; it is then dropped on the way back."""
+    opts = req.get("stream_options")
+    if isinstance(opts, dict) and opts.get("include_usage") is True:
+        return body, False
+    new = dict(req)
+    new["stream_options"] = {**(opts if isinstance(opts, dict) else {}), "include_usage": True}
+    return orjson.dumps(new), True
+
+
+def _decoder(encoding: str) -> Any:
+    if encoding == "gzip":
+        return zlib.decompressobj(16 + zlib.MAX_WBITS)
+    if encoding == "deflate":
+        return zlib.decompressobj()
+    return None
+
+
+def _decompress_all(encoding: str, data: bytes) -> bytes:
+    try:
+        return zlib.decompress(data, 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS)
+    except zlib.error:
+        return b""
+
+
+async def _send_whole(send: Send, status: int, body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body, "more_body": False})

@@ -1,0 +1,497 @@
+"""Configuration: raw TOML -> validated, typed settings (unknown keys are errors).
+
+Precedence is flag > environment > config file > default (SPEC "Settings"). Loading is
+two steps, as in TensorZero: `tomllib` gives raw tables, `_build` checks every key and
+turns them into the frozen dataclasses below, naming the file and line of each problem.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+from proxy.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    name: str
+    base_url: str
+    anthropic_base_url: str | None = None
+    api_key_env: str | None = None
+    models: tuple[str, ...] = ()
+    inject_include_usage: bool = True
+    self_hosted: bool = False
+    # The resolved key; filled by `serve` only, never printed (repr=False).
+    api_key: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    name: str
+    key_sha256: tuple[str, ...] = ()
+    monthly_budget_usd: Decimal = Decimal(0)
+
+
+@dataclass(frozen=True, slots=True)
+class Workloads:
+    medium: int = 4096
+    long: int = 32768
+    very_long: int = 131072
+
+    def classify(self, input_side_tokens: int) -> str:
+        if input_side_tokens >= self.very_long:
+            return "very_long"
+        if input_side_tokens >= self.long:
+            return "long"
+        if input_side_tokens >= self.medium:
+            return "medium"
+        return "short"
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    encoding: str = "o200k_base"
+    per_model: tuple[tuple[tuple[str, ...], str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SelfHost:
+    nodes: int = 2
+    node_capex_usd: Decimal = Decimal("600000")
+    amortization_months: int = 36
+    power_kw_per_node: Decimal = Decimal("15")
+    usd_per_kwh: Decimal = Decimal("0.12")
+    ops_usd_per_month: Decimal = Decimal("20000")
+    node_prefill_tokens_per_s: int = 50000
+    node_decode_tokens_per_s: int = 17678
+    # Which values the config file set, so reports can say "from llmmeter.toml".
+    overridden: frozenset[str] = frozenset()
+
+    def monthly_cost_usd(self) -> Decimal:
+        """SPEC: nodes x capex / months + nodes x kW x 730 h x $/kWh + ops."""
+        capex = self.nodes * self.node_capex_usd / self.amortization_months
+        power = self.nodes * self.power_kw_per_node * 730 * self.usd_per_kwh
+        return capex + power + self.ops_usd_per_month
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    workers: int = 1
+    max_body_mb: int = 32
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 600.0
+    metrics_token: str | None = field(default=None, repr=False)
+    ledger_url: str = "sqlite:///data/llmmeter.db"
+    journal_dir: Path | None = None
+    fsync: bool = False
+    prices_dir: Path | None = None  # None: the shipped pricing/tables
+    upstreams: tuple[Upstream, ...] = ()
+    tenants: tuple[Tenant, ...] = ()
+    tags: tuple[str, ...] = ()
+    workloads: Workloads = Workloads()
+    tier_aliases: tuple[tuple[str, str], ...] = ()
+    estimate: Estimate = Estimate()
+    selfhost: SelfHost = SelfHost()
+    monthly_budget_usd: Decimal = Decimal(0)
+    config_file: Path | None = None
+
+    @property
+    def keys_required(self) -> bool:
+        return any(t.key_sha256 for t in self.tenants)
+
+
+_SCHEMA: dict[str, set[str]] = {
+    "server": {"host", "port", "max_body_mb", "connect_timeout_s", "read_timeout_s",
+               "metrics_token", "workers"},
+    "ledger": {"url", "journal_dir", "fsync"},
+    "pricing": {"dir"},
+    "workloads": {"medium", "long", "very_long"},
+    "estimate": {"encoding", "model"},
+    "selfhost": {"nodes", "node_capex_usd", "amortization_months", "power_kw_per_node",
+                 "usd_per_kwh", "ops_usd_per_month", "node_prefill_tokens_per_s",
+                 "node_decode_tokens_per_s"},
+    "budget": {"monthly_usd"},
+}
+_ARRAYS: dict[str, set[str]] = {
+    "upstream": {"name", "base_url", "anthropic_base_url", "api_key_env", "models",
+                 "inject_include_usage", "self_hosted"},
+    "tenant": {"name", "key_sha256", "monthly_budget_usd"},
+    "tag": {"name"},
+    "tier_alias": {"from", "to"},
+}
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+_HEX64_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+class _Source:
+    """The config text, for turning a (table, key) into `file:line`."""
+
+    def __init__(self, path: Path | None, text: str) -> None:
+        self.path = path
+        self.lines = text.splitlines()
+
+    def where(self, table: str | None, key: str | None = None, index: int = 0) -> str:
+        name = str(self.path) if self.path else "<config>"
+        line = self._find(table, key, index)
+        return f"{name}:{line}" if line else name
+
+    def where_top(self, name: str) -> str:
+        """A top-level key is either a `[name]` header or a `name = ...` line."""
+        found = self.where(name)
+        return found if found != self.where(None) else self.where(None, name)
+
+    def _find(self, table: str | None, key: str | None, index: int) -> int:
+        start, seen = 0, -1
+        if table is not None:
+            header = re.compile(rf"^\s*\[\[?\s*{re.escape(table)}\s*\]\]?\s*(#.*)?$")
+            for i, text in enumerate(self.lines):
+                if header.match(text):
+                    seen += 1
+                    if seen == index:
+                        start = i
+                        break
+            else:
+                return 0
+            if key is None:
+                return start + 1
+        if key is None:
+            return 0
+        pattern = re.compile(rf"^\s*[\"']?{re.escape(key)}[\"']?\s*=")
+        for i in range(start, len(self.lines)):
+            if i > start and table is not None and self.lines[i].lstrip().startswith("["):
+                break
+            if pattern.match(self.lines[i]):
+                return i + 1
+        return start + 1 if table is not None else 0
+
+
+def load(path: Path | None, env: Mapping[str, str] | None = None,
+         overrides: Mapping[str, Any] | None = None) -> Settings:
+    """Settings from the file (if any), then environment, then explicit flag overrides."""
+    env = os.environ if env is None else env
+    raw: dict[str, Any] = {}
+    src = _Source(path, "")
+    if path is not None:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as e:
+            raise ConfigError(f"{path}: cannot read config: {e.strerror}") from e
+        src = _Source(path, text)
+        try:
+            raw = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{path}: {e}") from e
+    settings = _build(raw, src)
+    settings = _apply_env(settings, env)
+    if overrides:
+        overrides = dict(overrides)
+        if overrides.get("upstream") and env.get("LLMMETER_UPSTREAM_API_KEY"):
+            overrides["upstream_api_key"] = env["LLMMETER_UPSTREAM_API_KEY"]
+        settings = _apply_overrides(settings, overrides)
+    return settings
+
+
+def default_config_path(env: Mapping[str, str] | None = None) -> Path | None:
+    env = os.environ if env is None else env
+    if env.get("LLMMETER_CONFIG"):
+        return Path(env["LLMMETER_CONFIG"])
+    local = Path("llmmeter.toml")
+    return local if local.is_file() else None
+
+
+def resolve_api_keys(settings: Settings, env: Mapping[str, str] | None = None) -> Settings:
+    """Read each upstream's api_key_env; refuse to start when one is named and unset."""
+    env = os.environ if env is None else env
+    resolved = []
+    for up in settings.upstreams:
+        if up.api_key_env is None or up.api_key is not None:
+            resolved.append(up)
+            continue
+        value = env.get(up.api_key_env)
+        if not value:
+            where = settings.config_file or "<config>"
+            raise ConfigError(
+                f"{where}: upstream {up.name!r} names api_key_env = {up.api_key_env!r}, "
+                f"but that environment variable is not set")
+        resolved.append(replace(up, api_key=value))
+    return replace(settings, upstreams=tuple(resolved))
+
+
+def _build(raw: dict[str, Any], src: _Source) -> Settings:
+    errors: list[str] = []
+    for key in raw:
+        if key not in _SCHEMA and key not in _ARRAYS:
+            errors.append(f"{src.where_top(key)}: unknown section or key {key!r} (known: "
+                          f"{', '.join(sorted([*_SCHEMA, *_ARRAYS]))})")
+    tables: dict[str, dict[str, Any]] = {}
+    for name, allowed in _SCHEMA.items():
+        value = raw.get(name, {})
+        if not isinstance(value, dict):
+            errors.append(f"{src.where(None, name)}: [{name}] must be a table")
+            value = {}
+        for key in value:
+            if key not in allowed:
+                errors.append(f"{src.where(name, key)}: unknown key {key!r} in [{name}] "
+                              f"(known: {', '.join(sorted(allowed))})")
+        tables[name] = value
+    arrays: dict[str, list[dict[str, Any]]] = {}
+    for name, allowed in _ARRAYS.items():
+        value = raw.get(name, [])
+        if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+            errors.append(f"{src.where(None, name)}: use [[{name}]] tables for {name!r}")
+            value = []
+        for i, item in enumerate(value):
+            for key in item:
+                if key not in allowed:
+                    errors.append(f"{src.where(name, key, i)}: unknown key {key!r} in "
+                                  f"[[{name}]] (known: {', '.join(sorted(allowed))})")
+        arrays[name] = value
+    if errors:
+        raise ConfigError("\n".join(errors))
+
+    c = _Checker(src, errors)
+    server, ledger, pricing = tables["server"], tables["ledger"], tables["pricing"]
+    s = Settings(
+        host=c.str_("server", server, "host", "127.0.0.1"),
+        port=c.int_("server", server, "port", 8080, lo=0, hi=65535),
+        workers=c.int_("server", server, "workers", 1, lo=1, hi=256),
+        max_body_mb=c.int_("server", server, "max_body_mb", 32, lo=1, hi=4096),
+        connect_timeout_s=c.num("server", server, "connect_timeout_s", 10.0),
+        read_timeout_s=c.num("server", server, "read_timeout_s", 600.0),
+        metrics_token=c.opt_str("server", server, "metrics_token"),
+        ledger_url=c.str_("ledger", ledger, "url", "sqlite:///data/llmmeter.db"),
+        journal_dir=_opt_path(c.opt_str("ledger", ledger, "journal_dir")),
+        fsync=c.bool_("ledger", ledger, "fsync", False),
+        prices_dir=_opt_path(c.opt_str("pricing", pricing, "dir")),
+        upstreams=_upstreams(c, arrays["upstream"]),
+        tenants=_tenants(c, arrays["tenant"]),
+        tags=_names(c, "tag", arrays["tag"]),
+        workloads=_workloads(c, tables["workloads"]),
+        tier_aliases=tuple(
+            (c.str_("tier_alias", a, "from", "", i).lower(), c.str_("tier_alias", a, "to", "", i).lower())
+            for i, a in enumerate(arrays["tier_alias"])),
+        estimate=_estimate(c, tables["estimate"]),
+        selfhost=_selfhost(c, tables["selfhost"]),
+        monthly_budget_usd=c.money("budget", tables["budget"], "monthly_usd"),
+        config_file=src.path,
+    )
+    if errors:
+        raise ConfigError("\n".join(errors))
+    return s
+
+
+class _Checker:
+    """Typed getters that collect `file:line: problem` messages instead of raising."""
+
+    def __init__(self, src: _Source, errors: list[str]) -> None:
+        self.src, self.errors = src, errors
+
+    def fail(self, table: str, key: str | None, index: int, msg: str) -> None:
+        self.errors.append(f"{self.src.where(table, key, index)}: {msg}")
+
+    def str_(self, table: str, d: Mapping[str, Any], key: str, default: str, i: int = 0) -> str:
+        v = d.get(key, default)
+        if not isinstance(v, str) or (key in d and not v):
+            self.fail(table, key, i, f"{key} must be a non-empty string")
+            return default
+        return v
+
+    def opt_str(self, table: str, d: Mapping[str, Any], key: str, i: int = 0) -> str | None:
+        return self.str_(table, d, key, "", i) if key in d else None
+
+    def int_(self, table: str, d: Mapping[str, Any], key: str, default: int, i: int = 0,
+             lo: int = 0, hi: int = 10**12) -> int:
+        v = d.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            self.fail(table, key, i, f"{key} must be a whole number from {lo} to {hi}")
+            return default
+        return v
+
+    def num(self, table: str, d: Mapping[str, Any], key: str, default: float) -> float:
+        v = d.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
+            self.fail(table, key, 0, f"{key} must be a positive number of seconds")
+            return default
+        return float(v)
+
+    def bool_(self, table: str, d: Mapping[str, Any], key: str, default: bool, i: int = 0) -> bool:
+        v = d.get(key, default)
+        if not isinstance(v, bool):
+            self.fail(table, key, i, f"{key} must be true or false")
+            return default
+        return v
+
+    def money(self, table: str, d: Mapping[str, Any], key: str, default: str = "0",
+              i: int = 0) -> Decimal:
+        v = d.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, str | int):
+            self.fail(table, key, i, f'{key} must be a decimal string, e.g. "{default}"')
+            return Decimal(default)
+        try:
+            value = Decimal(str(v))
+        except InvalidOperation:
+            value = Decimal(-1)
+        if not value.is_finite() or value < 0:
+            self.fail(table, key, i, f"{key} must be a non-negative decimal, got {v!r}")
+            return Decimal(default)
+        return value
+
+    def globs(self, table: str, d: Mapping[str, Any], key: str, i: int) -> tuple[str, ...]:
+        v = d.get(key, [])
+        if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
+            self.fail(table, key, i, f"{key} must be a list of non-empty strings")
+            return ()
+        return tuple(v)
+
+
+def _upstreams(c: _Checker, items: list[dict[str, Any]]) -> tuple[Upstream, ...]:
+    out: list[Upstream] = []
+    for i, u in enumerate(items):
+        name = c.str_("upstream", u, "name", f"upstream{i}", i)
+        if "name" not in u:
+            c.fail("upstream", None, i, "[[upstream]] needs a name")
+        elif not _NAME_RE.match(name):
+            c.fail("upstream", "name", i, f"upstream name {name!r} must be letters, digits, '-', '_' or '.'")
+        if any(o.name == name for o in out):
+            c.fail("upstream", "name", i, f"duplicate upstream name {name!r}")
+        base = c.str_("upstream", u, "base_url", "", i)
+        for key in ("base_url", "anthropic_base_url"):
+            url = u.get(key)
+            if url is not None and not (isinstance(url, str) and re.match(r"^https?://[^/\s]+", url)):
+                c.fail("upstream", key, i, f"{key} must be an http:// or https:// URL")
+        env_name = c.opt_str("upstream", u, "api_key_env", i)
+        out.append(Upstream(
+            name=name, base_url=base.rstrip("/"),
+            anthropic_base_url=(c.opt_str("upstream", u, "anthropic_base_url", i) or "").rstrip("/") or None,
+            api_key_env=env_name, models=c.globs("upstream", u, "models", i),
+            inject_include_usage=c.bool_("upstream", u, "inject_include_usage", True, i),
+            self_hosted=c.bool_("upstream", u, "self_hosted", False, i)))
+    return tuple(out)
+
+
+def _tenants(c: _Checker, items: list[dict[str, Any]]) -> tuple[Tenant, ...]:
+    out: list[Tenant] = []
+    for i, t in enumerate(items):
+        name = c.str_("tenant", t, "name", f"tenant{i}", i)
+        if not _NAME_RE.match(name):
+            c.fail("tenant", "name", i, f"tenant name {name!r} must be letters, digits, '-', '_' or '.'")
+        if any(o.name == name for o in out):
+            c.fail("tenant", "name", i, f"duplicate tenant name {name!r}")
+        keys = c.globs("tenant", t, "key_sha256", i)
+        for k in keys:
+            if not _HEX64_RE.match(k):
+                c.fail("tenant", "key_sha256", i, "key_sha256 entries must be 64 lower-case hex "
+                       "digits (run `llmmeter keys new TENANT`)")
+        out.append(Tenant(name, tuple(keys), c.money("tenant", t, "monthly_budget_usd", "0", i)))
+    return tuple(out)
+
+
+def _names(c: _Checker, table: str, items: list[dict[str, Any]]) -> tuple[str, ...]:
+    names: list[str] = []
+    for i, item in enumerate(items):
+        name = c.str_(table, item, "name", "", i)
+        if name and not _NAME_RE.match(name):
+            c.fail(table, "name", i, f"{table} name {name!r} must be letters, digits, '-', '_' or '.'")
+        if name in names:
+            c.fail(table, "name", i, f"duplicate {table} name {name!r}")
+        names.append(name)
+    return tuple(n for n in names if n)
+
+
+def _workloads(c: _Checker, d: Mapping[str, Any]) -> Workloads:
+    w = Workloads(c.int_("workloads", d, "medium", 4096, lo=1),
+                  c.int_("workloads", d, "long", 32768, lo=1),
+                  c.int_("workloads", d, "very_long", 131072, lo=1))
+    if not w.medium < w.long < w.very_long:
+        c.fail("workloads", None, 0, "workload bounds must grow: medium < long < very_long")
+    return w
+
+
+def _estimate(c: _Checker, d: Mapping[str, Any]) -> Estimate:
+    encodings = ("o200k_base", "cl100k_base")
+    enc = c.str_("estimate", d, "encoding", "o200k_base")
+    if enc not in encodings:
+        c.fail("estimate", "encoding", 0, f"encoding must be one of {', '.join(encodings)}")
+    per_model: list[tuple[tuple[str, ...], str]] = []
+    models = d.get("model", [])
+    if not isinstance(models, list) or not all(isinstance(m, dict) for m in models):
+        c.fail("estimate", "model", 0, "use [[estimate.model]] tables")
+        models = []
+    for i, m in enumerate(models):
+        unknown = set(m) - {"match", "encoding"}
+        if unknown:
+            c.fail("estimate.model", sorted(unknown)[0], i, f"unknown key {sorted(unknown)[0]!r} in [[estimate.model]]")
+        e = c.str_("estimate.model", m, "encoding", "o200k_base", i)
+        if e not in encodings:
+            c.fail("estimate.model", "encoding", i, f"encoding must be one of {', '.join(encodings)}")
+        per_model.append((c.globs("estimate.model", m, "match", i), e))
+    return Estimate(enc, tuple(per_model))
+
+
+def _selfhost(c: _Checker, d: Mapping[str, Any]) -> SelfHost:
+    base = SelfHost()
+    return SelfHost(
+        nodes=c.int_("selfhost", d, "nodes", base.nodes, lo=1, hi=10_000),
+        node_capex_usd=c.money("selfhost", d, "node_capex_usd", str(base.node_capex_usd)),
+        amortization_months=c.int_("selfhost", d, "amortization_months", base.amortization_months, lo=1, hi=600),
+        power_kw_per_node=c.money("selfhost", d, "power_kw_per_node", str(base.power_kw_per_node)),
+        usd_per_kwh=c.money("selfhost", d, "usd_per_kwh", str(base.usd_per_kwh)),
+        ops_usd_per_month=c.money("selfhost", d, "ops_usd_per_month", str(base.ops_usd_per_month)),
+        node_prefill_tokens_per_s=c.int_("selfhost", d, "node_prefill_tokens_per_s",
+                                         base.node_prefill_tokens_per_s, lo=1),
+        node_decode_tokens_per_s=c.int_("selfhost", d, "node_decode_tokens_per_s",
+                                        base.node_decode_tokens_per_s, lo=1),
+        overridden=frozenset(d))
+
+
+def _opt_path(s: str | None) -> Path | None:
+    return Path(s) if s else None
+
+
+def _apply_env(s: Settings, env: Mapping[str, str]) -> Settings:
+    over: dict[str, Any] = {}
+    for var, key in (("LLMMETER_HOST", "host"), ("LLMMETER_PORT", "port"),
+                     ("LLMMETER_DB", "db"), ("LLMMETER_PRICES", "prices"),
+                     ("LLMMETER_UPSTREAM", "upstream"), ("LLMMETER_WORKERS", "workers"),
+                     ("LLMMETER_METRICS_TOKEN", "metrics_token")):
+        if env.get(var):
+            over[key] = env[var]
+    if env.get("LLMMETER_UPSTREAM_API_KEY"):
+        over["upstream_api_key"] = env["LLMMETER_UPSTREAM_API_KEY"]
+    return _apply_overrides(s, over, origin="environment")
+
+
+def _apply_overrides(s: Settings, over: Mapping[str, Any], origin: str = "flag") -> Settings:
+    changes: dict[str, Any] = {}
+    for key in ("port", "workers"):
+        if over.get(key) is not None:
+            try:
+                changes[key] = int(over[key])
+            except ValueError:
+                raise ConfigError(f"{origin}: {key} must be a whole number, got {over[key]!r}") from None
+    if over.get("host"):
+        changes["host"] = str(over["host"])
+    if over.get("db"):
+        changes["ledger_url"] = str(over["db"])
+    if over.get("prices"):
+        changes["prices_dir"] = Path(over["prices"])
+    if over.get("metrics_token"):
+        changes["metrics_token"] = str(over["metrics_token"])
+    if over.get("upstream"):
+        url = str(over["upstream"]).rstrip("/")
+        if not re.match(r"^https?://[^/\s]+", url):
+            raise ConfigError(f"{origin}: --upstream must be an http:// or https:// URL, got {url!r}")
+        # The shorthand replaces every [[upstream]] with one default upstream (SPEC).
+        changes["upstreams"] = (Upstream("default", url, api_key=over.get("upstream_api_key")),)
+    elif over.get("upstream_api_key") and len(s.upstreams) == 1 and s.upstreams[0].api_key_env is None:
+        changes["upstreams"] = (replace(s.upstreams[0], api_key=str(over["upstream_api_key"])),)
+    return replace(s, **changes) if changes else s

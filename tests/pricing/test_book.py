@@ -1,0 +1,87 @@
+"""Model, tier and entry resolution in SPEC order, and the exact calculator."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+
+import pytest
+
+from pricing import Cost, Price, PriceBook, cost, default_tables_dir, format_usd, load_dir
+
+T0 = datetime(2026, 10, 23, tzinfo=UTC)
+NOV = datetime(2026, 11, 15, tzinfo=UTC)
+
+
+def price(tier: str = "standard", at: datetime = T0, inp: str = "2", upstream: str | None = None,
+          match: tuple[str, ...] = ()) -> Price:
+    return Price(model="m", tier=tier, effective_from=at, input=Decimal(inp), output=Decimal("10"),
+                 cache_read=Decimal("0.2"), cache_write=Decimal("2"), source="t", match=match, upstream=upstream)
+
+
+def kimi() -> PriceBook:
+    return PriceBook(load_dir(default_tables_dir()))
+
+
+# SPEC's worked example (20M output tokens in both rows): cost, all_standard, all_highspeed.
+@pytest.mark.parametrize(("inp", "cached", "standard", "highspeed"), [
+    (100_000_000, 0, "400", "800"),
+    (30_000_000, 70_000_000, "274", "534"),
+])
+def test_worked_example(inp: int, cached: int, standard: str, highspeed: str) -> None:
+    book = kimi()
+    for tier, want in (("standard", standard), ("highspeed", highspeed)):
+        found = book.resolve("kimi-k3.1-pro", tier, NOV)
+        assert found is not None and not found.tier_fallback
+        c = cost(found.price, inp, cached, 0, 20_000_000)
+        assert format_usd(c.total) == want
+
+
+def test_cost_is_exact_per_category() -> None:
+    c = cost(price(inp="0.0001"), 3, 7, 11, 13)
+    # 0.0001 USD per million = 1 unit per token; 0.2 = 2000; 2 = 20000; 10 = 100000.
+    assert c == Cost(input=3, cache_read=7 * 2000, cache_write=11 * 20000, output=13 * 100000)
+    assert c.total == 3 + 14000 + 220000 + 1300000
+    assert format_usd(1) == "0.0000000001" and format_usd(0) == "0"
+    with pytest.raises(ValueError, match="negative"):
+        cost(price(), -1, 0, 0, 0)
+
+
+def test_one_token_of_every_price_adds_up_without_float_drift() -> None:
+    total = sum(cost(price(inp="0.1"), 1, 0, 0, 0).total for _ in range(10**5))
+    assert format_usd(total) == "0.01"  # 10^5 tokens at $0.1 per million, summed one by one
+
+
+def test_model_resolution_prefers_the_response_model() -> None:
+    book = kimi()
+    assert book.canonical_model("moonshot/kimi-k3.1-pro", "something-else") == "kimi-k3.1-pro"
+    assert book.canonical_model("kimi-k3.1-pro-2026-10-23", "Kimi-K3.1-Pro") == "kimi-k3.1-pro"
+    assert book.canonical_model("unknown", "unknown-too") is None
+    assert book.canonical_model(None, None) is None
+
+
+def test_tier_resolution_order() -> None:
+    book = PriceBook([price(), price("highspeed", match=("m-fast",))], aliases={"turbo": "highspeed"})
+    assert book.resolve_tier("m", ["fast", "standard", None]) == "highspeed"  # Anthropic speed first
+    assert book.resolve_tier("m", [None, "priority", "standard"]) == "highspeed"  # response service_tier
+    assert book.resolve_tier("m", [None, None, "turbo"]) == "highspeed"  # request, via a config alias
+    assert book.resolve_tier("m", [None, "default", "priority"]) == "standard"  # response beats request
+    assert book.resolve_tier("m-fast", [None, None, None]) == "highspeed"  # the name's own entry
+    assert book.resolve_tier("m", [None, None, None]) == "standard"
+    assert book.resolve_tier("m", ["flex"]) == "flex"  # unknown tiers stay visible
+
+
+def test_entry_by_effective_date_and_upstream() -> None:
+    dec = datetime(2026, 12, 1, tzinfo=UTC)
+    book = PriceBook([price(inp="3", at=dec), price(), price(inp="0", upstream="selfhosted")])
+    assert book.resolve("m", "standard", NOV).price.input == Decimal("2")  # type: ignore[union-attr]
+    assert book.resolve("m", "standard", dec).price.input == Decimal("3")  # type: ignore[union-attr]
+    assert book.resolve("m", "standard", NOV, upstream="selfhosted").price.input == 0  # type: ignore[union-attr]
+    assert book.resolve("m", "standard", datetime(2026, 1, 1, tzinfo=UTC)) is None  # before any entry
+    assert {p.input for p in book.in_force(dec)} == {Decimal("3"), Decimal("0")}
+
+
+def test_missing_tier_falls_back_to_standard_and_says_so() -> None:
+    found = PriceBook([price()]).resolve("m", "highspeed", NOV)
+    assert found is not None and found.tier_fallback and found.price.tier == "standard"
+    assert PriceBook([price()]).resolve("nope", "standard", NOV) is None

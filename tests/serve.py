@@ -1,0 +1,127 @@
+"""Runs a real `llmmeter serve` subprocess on a free 127.0.0.1 port for end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Served:
+    """One llmmeter process; `db` is its SQLite ledger file."""
+
+    def __init__(self, tmp: Path, upstream: str | None = None, config: str | None = None,
+                 env: Mapping[str, str] | None = None, args: tuple[str, ...] = ()) -> None:
+        self.tmp = tmp
+        self.db = tmp / "ledger.db"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.base_url = self.url + "/v1"
+        self.log = tmp / f"serve-{self.port}.log"
+        cmd = [sys.executable, "-m", "proxy", "serve", "--port", str(self.port),
+               "--db", f"sqlite:///{self.db}", *args]
+        if upstream:
+            cmd += ["--upstream", upstream]
+        if config is not None:
+            path = tmp / "llmmeter.toml"
+            path.write_text(config)
+            cmd += ["--config", str(path)]
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("LLMMETER_")}
+        full_env.update(env or {})
+        self.cmd, self.env = cmd, full_env
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 20) -> Served:
+        self.proc = subprocess.Popen(self.cmd, env=self.env, cwd=self.tmp,
+                                     stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"llmmeter exited with {self.proc.returncode}:\n{self.output()}")
+            try:
+                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        raise RuntimeError(f"llmmeter did not start:\n{self.output()}")
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def __enter__(self) -> Served:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- what a test reads back -------------------------------------------------------
+    def metrics(self, headers: Mapping[str, str] | None = None) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        text = httpx.get(self.url + "/metrics", headers=headers, timeout=5).text
+        out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+        return out
+
+    def metric(self, name: str, **labels: str) -> float:
+        """Sum of the samples of `name` whose labels include `labels`."""
+        total = 0.0
+        for (n, lbls), value in self.metrics().items():
+            d = dict(lbls)
+            if n == name and all(d.get(k) == v for k, v in labels.items()):
+                total += value
+        return total
+
+    def rows(self, timeout: float = 10, expect: int | None = None) -> list[dict[str, Any]]:
+        """Ledger rows from the SQLite file, waiting for the importer to catch up."""
+        deadline = time.monotonic() + timeout
+        rows: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            if self.db.exists():
+                con = sqlite3.connect(self.db, timeout=5)
+                con.row_factory = sqlite3.Row
+                try:
+                    rows = [dict(r) for r in con.execute("SELECT * FROM requests ORDER BY start, id")]
+                except sqlite3.OperationalError:
+                    rows = []
+                finally:
+                    con.close()
+                if expect is None or len(rows) >= expect:
+                    return rows
+            time.sleep(0.05)
+        return rows
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "proxy", *args], env=self.env, cwd=self.tmp,
+                              capture_output=True, text=True, timeout=60)

@@ -1,0 +1,121 @@
+"""Config loading: precedence, validation with file:line, and the api_key_env rule."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from proxy.errors import ConfigError
+from proxy.settings import load, resolve_api_keys
+
+FULL = """\
+[server]
+host = "127.0.0.1"
+port = 9090
+
+[ledger]
+url = "sqlite:///data/x.db"
+
+[[upstream]]
+name = "moonshot"
+base_url = "https://api.moonshot.ai/v1/"
+anthropic_base_url = "https://api.moonshot.ai/anthropic/v1"
+api_key_env = "MOONSHOT_API_KEY"
+models = ["kimi-*"]
+
+[[upstream]]
+name = "selfhosted"
+base_url = "http://127.0.0.1:8000/v1"
+self_hosted = true
+
+[[tenant]]
+name = "search-team"
+key_sha256 = ["%s"]
+monthly_budget_usd = "500"
+
+[[tag]]
+name = "rag-search"
+
+[workloads]
+medium = 2048
+
+[[tier_alias]]
+from = "Turbo"
+to = "highspeed"
+
+[selfhost]
+nodes = 1
+
+[budget]
+monthly_usd = "1000"
+""" % ("a" * 64)
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "llmmeter.toml"
+    p.write_text(text)
+    return p
+
+
+def test_full_config_loads(tmp_path: Path) -> None:
+    s = load(write(tmp_path, FULL), env={})
+    assert s.port == 9090 and s.ledger_url == "sqlite:///data/x.db"
+    assert [u.name for u in s.upstreams] == ["moonshot", "selfhosted"]
+    assert s.upstreams[0].base_url == "https://api.moonshot.ai/v1"
+    assert s.upstreams[1].self_hosted and not s.upstreams[1].models
+    assert s.tenants[0].monthly_budget_usd == Decimal("500") and s.keys_required
+    assert s.tags == ("rag-search",) and s.workloads.medium == 2048
+    assert s.tier_aliases == (("turbo", "highspeed"),)
+    assert s.selfhost.nodes == 1 and "nodes" in s.selfhost.overridden
+    assert s.monthly_budget_usd == Decimal("1000")
+
+
+def test_precedence_flag_over_env_over_file(tmp_path: Path) -> None:
+    path = write(tmp_path, FULL)
+    assert load(path, env={"LLMMETER_PORT": "7000"}).port == 7000
+    assert load(path, env={"LLMMETER_PORT": "7000"}, overrides={"port": 7001}).port == 7001
+    s = load(path, env={"LLMMETER_UPSTREAM": "http://127.0.0.1:1/v1", "LLMMETER_UPSTREAM_API_KEY": "k"})
+    assert [(u.name, u.base_url, u.api_key) for u in s.upstreams] == [("default", "http://127.0.0.1:1/v1", "k")]
+    s = load(None, env={"LLMMETER_UPSTREAM_API_KEY": "k2"}, overrides={"upstream": "http://127.0.0.1:2/v1"})
+    assert s.upstreams[0].api_key == "k2"
+
+
+@pytest.mark.parametrize(("text", "line", "words"), [
+    ("[server]\nport = 1\nbogus = 2\n", 3, "unknown key 'bogus' in [server]"),
+    ("[[upstream]]\nname = \"a\"\nbase_url = \"http://x\"\n\n[[upstream]]\nname = \"b\"\nbase_url = \"http://y\"\n"
+     "colour = 1\n", 8, "unknown key 'colour' in [[upstream]]"),
+    ("[mystery]\nx = 1\n", 1, "unknown section or key 'mystery'"),
+    ("[[upstream]]\nname = \"a\"\nbase_url = \"http://x\"\n[[upstream]]\nname = \"a\"\nbase_url = \"http://y\"\n",
+     5, "duplicate upstream name 'a'"),
+    ("[server]\nport = \"eighty\"\n", 2, "port must be a whole number"),
+    ("[[upstream]]\nname = \"a\"\nbase_url = \"ftp://x\"\n", 3, "base_url must be an http"),
+    ("[[tenant]]\nname = \"t\"\nkey_sha256 = [\"abc\"]\n", 3, "64 lower-case hex"),
+    ("[workloads]\nmedium = 5000\nlong = 4000\n", 1, "must grow"),
+    ("[budget]\nmonthly_usd = 12.5\n", 2, "decimal string"),
+    ("[server\nport = 1\n", 1, "Expected"),
+])
+def test_bad_config_names_file_and_line(tmp_path: Path, text: str, line: int, words: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as e:
+        load(path, env={})
+    msg = str(e.value)
+    assert words in msg
+    assert f"{path}:{line}" in msg or (words == "Expected" and str(path) in msg and f"line {line}" in msg)
+
+
+def test_unset_api_key_env_refuses_to_start(tmp_path: Path) -> None:
+    s = load(write(tmp_path, FULL), env={})
+    with pytest.raises(ConfigError, match="MOONSHOT_API_KEY"):
+        resolve_api_keys(s, env={})
+    ok = resolve_api_keys(s, env={"MOONSHOT_API_KEY": "sk-m"})
+    assert ok.upstreams[0].api_key == "sk-m"
+    assert "sk-m" not in repr(ok)
+
+
+def test_selfhost_monthly_cost_formula() -> None:
+    s = load(None, env={})
+    # 2 x 600000 / 36 + 2 x 15 kW x 730 h x 0.12 + 20000
+    expected = Decimal(2 * 600000) / 36 + Decimal(2 * 15 * 730) * Decimal("0.12") + 20000
+    assert s.selfhost.monthly_cost_usd() == expected
