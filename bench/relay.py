@@ -83,10 +83,9 @@ def wrk(port: int, duration: int, connections: int, stream: bool) -> float | Non
     if shutil.which("wrk") is None:
         return None
     body = (STREAM_BODY if stream else BODY).decode()
-    script = tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False)
     hdrs = "".join(f'wrk.headers["{k}"] = {json.dumps(v)}\n' for k, v in HEADERS.items())
-    script.write(f'wrk.method = "POST"\nwrk.body = {json.dumps(body)}\n{hdrs}')
-    script.close()
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
+        script.write(f'wrk.method = "POST"\nwrk.body = {json.dumps(body)}\n{hdrs}')
     out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{duration}s", "-s", script.name,
                           f"http://127.0.0.1:{port}/v1/chat/completions"], capture_output=True, text=True)
     os.unlink(script.name)
@@ -152,7 +151,8 @@ def main() -> None:
             print(f"{name:<12} {r['p50_ms']:8.3f} {r['p99_ms']:8.3f} {r['stream_ttfb_p50_ms']:8.3f} "
                   f"{r['rps_32'] or 0:9.0f} {r['rps_32_stream'] or 0:15.0f}")
         print(f"added by llmmeter: p50 {results['added_p50_ms']:.3f} ms, p99 {results['added_p99_ms']:.3f} ms, "
-              f"stream TTFB {results['added_stream_ttfb_ms']:.3f} ms; peak RSS {results['llmmeter_peak_rss_mb']:.0f} MB")
+              f"stream TTFB {results['added_stream_ttfb_ms']:.3f} ms; "
+              f"peak RSS {results['llmmeter_peak_rss_mb']:.0f} MB")
         print(f"wrote {a.out}")
     finally:
         for p in procs:

@@ -65,7 +65,7 @@ class LLMMeter:
         elif kind == "lifespan":
             await self._lifespan(receive, send)
         else:
-            await self.admin(scope, receive, send)  # type: ignore[arg-type]
+            await self.admin(scope, receive, send)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:

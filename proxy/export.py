@@ -10,13 +10,13 @@ import csv
 import re
 from collections.abc import Callable, Iterable
 from datetime import UTC, date, datetime
-from decimal import Decimal
 from typing import Literal, TextIO
 from zoneinfo import ZoneInfo
 
 import orjson
 
-from proxy.record import COST_UNITS_PER_USD, EXPORT_COLUMNS, Record
+from pricing import format_usd
+from proxy.record import EXPORT_COLUMNS, Record
 
 _PROGRESS_EVERY = 1000
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -63,10 +63,7 @@ def export_values(r: Record) -> list[str | int | bool | None]:
     return values
 
 
-def usd(units: int) -> str:
-    """Exact dollars from 10^-10 USD units, plain notation: 2740000000000 -> "274", 2 -> "0.0000000002"."""
-    d = (Decimal(units) / COST_UNITS_PER_USD).normalize()
-    return format(d, "f")
+usd = format_usd  # exact dollars from ledger units, plain notation
 
 
 def rfc3339_ms(t: datetime) -> str:

@@ -6,6 +6,8 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
 
+from pricing import UNITS_PER_USD
+
 # SPEC "Ledger": export columns, in this order; new ones are only ever appended.
 EXPORT_COLUMNS: tuple[str, ...] = (
     "id", "start", "tenant", "upstream", "endpoint", "model_requested", "model", "tier",
@@ -16,7 +18,7 @@ EXPORT_COLUMNS: tuple[str, ...] = (
 )
 
 # Money in the ledger is an integer count of 10^-10 USD (SPEC "Price tables").
-COST_UNITS_PER_USD = 10**10
+COST_UNITS_PER_USD = UNITS_PER_USD
 
 
 @dataclass(slots=True)

@@ -1,0 +1,72 @@
+"""The command line as a user runs it: `python -m proxy ...` in a subprocess."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.pricing.test_loader import GOOD
+
+
+def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "proxy", *args], capture_output=True, text=True,
+                          timeout=60, cwd=cwd)
+
+
+def test_prices_check_accepts_the_shipped_tables() -> None:
+    r = run("prices", "check")
+    assert r.returncode == 0, r.stderr
+    assert "price entries, all valid" in r.stdout
+
+
+def test_prices_check_reports_file_and_line(tmp_path: Path) -> None:
+    (tmp_path / "bad.toml").write_text(GOOD.replace('output = "10.00"', "output = 10.0"))
+    r = run("prices", "check", str(tmp_path))
+    assert r.returncode == 1
+    assert f"{tmp_path / 'bad.toml'}:7: output must be a decimal string" in r.stderr
+
+
+def test_prices_show_prints_the_entry_in_force(tmp_path: Path) -> None:
+    later = GOOD.replace("2026-10-23", "2026-12-01").replace('input = "2.00"', 'input = "1.25"')
+    (tmp_path / "t.toml").write_text(GOOD + "\n" + later)
+    before = run("prices", "show", "--at", "2026-11-30T23:59:59Z", str(tmp_path))
+    after = run("prices", "show", "--at", "2026-12-01", str(tmp_path))
+    assert before.returncode == 0 and after.returncode == 0, before.stderr + after.stderr
+    [row_before] = [line for line in before.stdout.splitlines() if line.startswith("m ")]
+    [row_after] = [line for line in after.stdout.splitlines() if line.startswith("m ")]
+    assert row_before.split()[3] == "2.00" and row_after.split()[3] == "1.25"
+
+
+def test_prices_show_default_has_kimi_highspeed() -> None:
+    r = run("prices", "show")
+    rows = [line.split() for line in r.stdout.splitlines() if line.startswith("kimi-k3.1-pro ")]
+    assert sorted((x[1], x[3], x[6]) for x in rows) == [("highspeed", "4.00", "20.00"),
+                                                       ("standard", "2.00", "10.00")]
+
+
+def test_keys_new_prints_a_key_and_its_digest() -> None:
+    r = run("keys", "new", "search-team")
+    assert r.returncode == 0
+    lines = r.stdout.splitlines()
+    key = lines[1]
+    assert key.startswith("llmm-") and len(key) > 40
+    assert f'key_sha256 = ["{hashlib.sha256(key.encode()).hexdigest()}"]' in r.stdout
+    assert run("keys", "new", "search-team").stdout.splitlines()[1] != key
+
+
+def test_export_rejects_bad_ranges_clearly(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'l.db'}"
+    r = run("export", "--from", "2026-12-01", "--to", "2026-11-01", "--db", db, cwd=tmp_path)
+    assert r.returncode == 2 and "--to must be after --from" in r.stderr
+    r = run("export", "--from", "last tuesday", "--to", "2026-11-01", "--db", db, cwd=tmp_path)
+    assert r.returncode == 2 and "invalid time 'last tuesday'" in r.stderr
+    r = run("export", "--from", "2026-11-01", "--to", "2026-12-01", "--tz", "Mars/Olympus", "--db", db, cwd=tmp_path)
+    assert r.returncode == 2 and "unknown time zone" in r.stderr
+
+
+def test_serve_refuses_an_unknown_config_key(tmp_path: Path) -> None:
+    (tmp_path / "llmmeter.toml").write_text("[server]\nprot = 8080\n")
+    r = run("serve", "--upstream", "http://127.0.0.1:9/v1", cwd=tmp_path)
+    assert r.returncode == 2 and "llmmeter.toml:2" in r.stderr and "prot" in r.stderr
