@@ -40,7 +40,9 @@ def test_replay_after_a_crash_imports_everything_exactly_once(db_url: str) -> No
     _crash(db_url, 200)
     ledger = Ledger(db_url)
     assert ledger.start() == 200
-    assert ledger.last_replay.inserted == 200 and ledger.last_replay.segments == 1
+    # The importer may have committed a few before the kill; replay inserts the rest, once.
+    stats = ledger.last_replay
+    assert stats.records == 200 and stats.segments == 1 and 0 < stats.inserted <= 200
     assert [r.id for r in ledger.rows(*EVER)] == [full_record(i).id for i in range(200)]
     assert list(ledger.rows(*EVER)) == [full_record(i) for i in range(200)]
     assert list(ledger.journal_dir.glob("*.jsonl")) != []  # only this ledger's own, open segment
