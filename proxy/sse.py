@@ -34,7 +34,7 @@ class SSEReader:
     def __init__(self) -> None:
         self._buf = bytearray()  # the unfinished block's bytes, from its first byte
         self._scan = 0  # offset in _buf of the first line not yet split off
-        self._lines: list[bytes] = []  # complete lines of the unfinished block
+        self._lines: list[bytes | bytearray] = []  # complete lines of the unfinished block
         self._first = True  # only the stream's very first line may start with a BOM
 
     @property
@@ -111,7 +111,7 @@ class SSEReader:
         return blocks
 
 
-def _block(raw: bytes, lines: list[bytes], complete: bool) -> Block:
+def _block(raw: bytes, lines: list[bytes | bytearray], complete: bool) -> Block:
     event = ""
     parts: list[str] | None = None
     ident: str | None = None

@@ -167,7 +167,7 @@ class StreamTap:
         obj: Any = None
         if not event:  # a server that sends no `event:` line: the type is in the data
             obj = loads(data)
-            event = obj.get("type") if isinstance(obj, dict) and isinstance(obj.get("type"), str) else ""
+            event = str(obj["type"]) if isinstance(obj, dict) and isinstance(obj.get("type"), str) else ""
         if event in _RESP_DELTAS:
             self._keep(data)
             if not self.content_started:
@@ -201,7 +201,7 @@ class StreamTap:
         obj: Any = None
         if not event:
             obj = loads(data)
-            event = obj.get("type") if isinstance(obj, dict) and isinstance(obj.get("type"), str) else ""
+            event = str(obj["type"]) if isinstance(obj, dict) and isinstance(obj.get("type"), str) else ""
         if event == "content_block_delta" or event == "content_block_start":
             self._keep(data)
             if not self.content_started:
