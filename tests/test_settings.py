@@ -119,3 +119,10 @@ def test_selfhost_monthly_cost_formula() -> None:
     # 2 x 600000 / 36 + 2 x 15 kW x 730 h x 0.12 + 20000
     expected = Decimal(2 * 600000) / 36 + Decimal(2 * 15 * 730) * Decimal("0.12") + 20000
     assert s.selfhost.monthly_cost_usd() == expected
+
+
+def test_shipped_example_config_loads() -> None:
+    example = Path(__file__).parents[1] / "llmmeter.example.toml"
+    s = load(example, env={"MOONSHOT_API_KEY": "k"})
+    assert [u.name for u in s.upstreams] == ["selfhosted", "moonshot"]
+    assert [t.name for t in s.tenants] == ["search-team", "agents"] and s.keys_required

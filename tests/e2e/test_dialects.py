@@ -37,6 +37,18 @@ def test_responses_api_exact(fake: FakeUpstream, serve: Any, stream: bool) -> No
         assert row["ttft_ms"] is not None
 
 
+def test_cut_responses_stream_is_estimated(fake: FakeUpstream, serve: Any) -> None:
+    proxy = serve(upstream=fake.base_url)
+    client = OpenAI(base_url=proxy.base_url, api_key="k", max_retries=0)
+    with pytest.raises(Exception) as e:
+        list(client.responses.create(model="gpt-test", input="hello there", stream=True,
+                                     extra_headers={"x-fake-reset-after": "6", "x-fake-chunks": "8"}))
+    assert not isinstance(e.value, AssertionError)
+    [row] = proxy.rows(expect=1)
+    assert (row["outcome"], row["usage_source"]) == ("upstream_reset", "estimated")
+    assert row["input_tokens"] > 0 and row["output_tokens"] > 0
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 def test_anthropic_messages_exact_with_speed_tier(fake: FakeUpstream, serve: Any, stream: bool) -> None:
     proxy = serve(upstream=fake.base_url)
@@ -55,6 +67,7 @@ def test_anthropic_messages_exact_with_speed_tier(fake: FakeUpstream, serve: Any
     assert fake.requests[-1]["path"] == "/v1/messages"
     sent = fake.requests[-1]["headers"]  # this SDK version sends its key as a Bearer token
     assert "sk-ant-client" in (sent.get("x-api-key", "") + sent.get("authorization", ""))
+    assert sent["anthropic-version"]  # forwarded as the client sent it
     [row] = proxy.rows(expect=1)
     assert (row["input_tokens"], row["cache_read_tokens"], row["cache_write_tokens"], row["output_tokens"]) == (
         300, 1000, 200, 80)
