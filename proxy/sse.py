@@ -29,12 +29,15 @@ class Block:
 class SSEReader:
     """Splits a byte stream into SSE blocks; holds back only an unfinished block."""
 
-    __slots__ = ("_buf", "_first", "_lines", "_scan")
+    __slots__ = ("_buf", "_first", "_lines", "_look", "_scan")
 
     def __init__(self) -> None:
         self._buf = bytearray()  # the unfinished block's bytes, from its first byte
         self._scan = 0  # offset in _buf of the first line not yet split off
-        self._lines: list[bytes | bytearray] = []  # complete lines of the unfinished block
+        # Offset in _buf where the search for a line ending resumes: [_scan, _look) holds none,
+        # so a long line arriving in many small chunks is searched once, not once per chunk.
+        self._look = 0
+        self._lines: list[bytes] = []  # complete lines of the unfinished block
         self._first = True  # only the stream's very first line may start with a BOM
 
     @property
@@ -55,18 +58,23 @@ class SSEReader:
         work: bytes | bytearray
         if self._buf:
             self._buf += data
-            work, pos = self._buf, self._scan
+            work, pos, look = self._buf, self._scan, self._look
         else:
-            work, pos = data, 0  # the common case: no copy of the chunk
+            work, pos, look = data, 0, 0  # the common case: no copy of the chunk
         n = len(work)
         blocks: list[Block] = []
         lines = self._lines
         start = 0  # where the current block begins in work
-        cr = work.find(b"\r", pos)  # cached: most streams have no CR at all
+        # Both positions are cached: most streams have no CR at all, and a CR-only stream
+        # has no LF, so neither is searched for again before the loop passes it.
+        cr = work.find(b"\r", look)
+        lf = work.find(b"\n", look)
+        look = n
         while pos < n:
-            lf = work.find(b"\n", pos)
             if cr != -1 and cr < pos:
                 cr = work.find(b"\r", pos)
+            if lf != -1 and lf < pos:
+                lf = work.find(b"\n", pos)
             if cr != -1 and (lf == -1 or cr < lf):
                 t = cr
                 if t + 1 < n:
@@ -74,12 +82,13 @@ class SSEReader:
                 elif eof:
                     nxt = n
                 else:
-                    break  # a CR at the very end may be the first half of a CRLF
+                    look = t  # a CR at the very end may be the first half of a CRLF
+                    break
             elif lf != -1:
                 t, nxt = lf, lf + 1
             else:
                 break
-            line = work[pos:t]
+            line = bytes(work[pos:t])  # a copy only when work is the bytearray buffer
             if self._first:
                 self._first = False
                 if line[:3] == _BOM:
@@ -94,24 +103,25 @@ class SSEReader:
         if eof:
             if start < n:
                 if pos < n:
-                    tail = work[pos:n]
+                    tail = bytes(work[pos:n])
                     if self._first and tail[:3] == _BOM:
                         tail = tail[3:]
                     if tail:
                         lines.append(tail)
                 blocks.append(_block(bytes(work[start:n]), lines, False))
-            self._buf, self._scan, self._lines, self._first = bytearray(), 0, [], True
+            self._buf, self._scan, self._look, self._lines, self._first = bytearray(), 0, 0, [], True
             return blocks
         if work is self._buf:
             del self._buf[:start]
         elif start < n:
             self._buf = bytearray(work[start:])
         self._scan = pos - start
+        self._look = max(look, pos) - start
         self._lines = lines
         return blocks
 
 
-def _block(raw: bytes, lines: list[bytes | bytearray], complete: bool) -> Block:
+def _block(raw: bytes, lines: list[bytes], complete: bool) -> Block:
     event = ""
     parts: list[str] | None = None
     ident: str | None = None

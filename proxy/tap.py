@@ -145,7 +145,9 @@ class StreamTap:
                 self.done = True
             return False
         self._keep(data)
-        if self.content_started and '"usage"' not in data and '"error"' not in data:
+        if event == "error":
+            self.error_seen = True
+        if self.content_started and not _reports(data, '"usage"') and not _reports(data, '"error"'):
             return False  # a content chunk: its text is read later, if ever
         obj = loads(data)
         if not isinstance(obj, dict):
@@ -167,7 +169,7 @@ class StreamTap:
         obj: Any = None
         if not event:  # a server that sends no `event:` line: the type is in the data
             obj = loads(data)
-            event = str(obj["type"]) if isinstance(obj, dict) and isinstance(obj.get("type"), str) else ""
+            event = _event_type(obj)
         if event in _RESP_DELTAS:
             self._keep(data)
             if not self.content_started:
@@ -201,7 +203,7 @@ class StreamTap:
         obj: Any = None
         if not event:
             obj = loads(data)
-            event = str(obj["type"]) if isinstance(obj, dict) and isinstance(obj.get("type"), str) else ""
+            event = _event_type(obj)
         if event == "content_block_delta" or event == "content_block_start":
             self._keep(data)
             if not self.content_started:
@@ -245,7 +247,14 @@ class StreamTap:
     def _anthropic_usage(self) -> Usage | None:
         if self._anth_start is None and self._anth_delta is None:
             return None
-        merged = {**(self._anth_start or {}), **(self._anth_delta or {})}
+        merged = dict(self._anth_start or {})
+        for k, v in (self._anth_delta or {}).items():
+            old = merged.get(k)
+            # Counts are cumulative, so a later input or cache count below message_start's is a
+            # placeholder (some compatible servers put 0 there); output_tokens is the last delta's.
+            if k != "output_tokens" and type(v) is int and type(old) is int and v < old:
+                continue
+            merged[k] = v
         u = Usage.from_anthropic(merged)
         if u is not None and (self._anth_delta is None or "output_tokens" not in self._anth_delta):
             u.flags = (*u.flags, OUTPUT_UNREPORTED)  # only message_start's placeholder count
@@ -293,6 +302,28 @@ def _ignore(event: str, data: str) -> bool:
 
 def _no_text(obj: dict[str, Any], out: list[str]) -> None:
     return None
+
+
+def _event_type(obj: object) -> str:
+    """The `type` of an event's data, for servers that send no `event:` line."""
+    t = obj.get("type") if isinstance(obj, dict) else None
+    return t if isinstance(t, str) else ""
+
+
+def _reports(data: str, key: str) -> bool:
+    """Whether the quoted `key` occurs with a value other than null, without parsing the JSON.
+
+    With include_usage on, OpenAI sends `"usage": null` in every chunk: those need no parse.
+    Anything unusual after the key (odd spacing, a string value) counts as a report: a needless
+    parse costs time, a missed one would cost the usage.
+    """
+    i = data.find(key)
+    while i != -1:
+        j = i + len(key)
+        if not "".join(data[j:j + 16].split()).startswith(":null"):
+            return True
+        i = data.find(key, j)
+    return False
 
 
 def _nonempty(v: object) -> bool:

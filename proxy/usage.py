@@ -8,6 +8,7 @@ an object with no token field at all is no usage (None), which is not the same a
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -180,7 +181,7 @@ def parse_body(endpoint: str, body: bytes) -> tuple[Observed, str]:
         return Observed(), ""
     try:
         return reader(obj)
-    except (orjson.JSONEncodeError, RecursionError):  # tool input nested deeper than orjson writes
+    except Exception:  # an odd shape no reader foresaw: metering must never break the relay
         return Observed(), ""
 
 
@@ -235,7 +236,9 @@ def _messages(obj: dict[str, Any]) -> tuple[Observed, str]:
         if block.get("type") in ("tool_use", "server_tool_use"):
             _strs(out, block, ("name",))
             if "input" in block:
-                out.append(orjson.dumps(block["input"], default=str).decode())
+                # Nested deeper than orjson writes: lose its text, not the usage.
+                with contextlib.suppress(orjson.JSONEncodeError):
+                    out.append(orjson.dumps(block["input"], default=str).decode())
     return anthropic_observed(obj, Usage.from_anthropic(obj.get("usage"))), "\n".join(out)
 
 

@@ -141,18 +141,13 @@ class FakeUpstream:
         """Let every parked (x-fake-hang / x-fake-hold) request go on; later ones do not park."""
         self._released.set()
 
-    async def park(self, receive: Receive) -> bool:
-        """Wait for release(): True, or False if the client hung up first."""
-        # With the body read, uvicorn's receive() only returns once the client disconnects.
-        gone = asyncio.ensure_future(receive())
-        try:
-            while not self._released.is_set():
-                if gone.done():
-                    return False
-                await asyncio.sleep(0.005)
-            return True
-        finally:
-            gone.cancel()
+    async def park(self, gone: asyncio.Future[Any]) -> bool:
+        """Wait for release(): True, or False if the client hung up (`gone` done) first."""
+        while not self._released.is_set():
+            if gone.done():
+                return False
+            await asyncio.sleep(0.005)
+        return True
 
     # -- ASGI ------------------------------------------------------------------
     async def app(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -175,10 +170,13 @@ class FakeUpstream:
                               "query": scope.get("query_string", b"").decode("latin-1"), "headers": headers,
                               "json": parsed, "body": bytes(body)})
         self.in_flight += 1
+        exchange = _Exchange(self, scope, headers, parsed, receive, send)
         try:
-            await _Exchange(self, scope, headers, parsed, receive, send).run()
+            await exchange.run()
         finally:
             self.in_flight -= 1
+            if exchange.watch is not None:
+                exchange.watch.cancel()
 
 
 class _Exchange:
@@ -208,9 +206,17 @@ class _Exchange:
         self.no_usage = _flag(headers, "x-fake-no-usage")
         self.hold = _flag(headers, "x-fake-hold")
         self.service_tier = headers.get("x-fake-service-tier")
+        self.watch: asyncio.Future[Any] | None = None
+
+    def gone(self) -> asyncio.Future[Any]:
+        """A future that completes when the client hangs up."""
+        # With the body read, uvicorn's receive() returns only once the client disconnects.
+        if self.watch is None:
+            self.watch = asyncio.ensure_future(self.receive())
+        return self.watch
 
     async def run(self) -> None:
-        if _flag(self.h, "x-fake-hang") and not await self.fake.park(self.receive):
+        if _flag(self.h, "x-fake-hang") and not await self.fake.park(self.gone()):
             return
         if self.delay and not self.stream:
             await asyncio.sleep(self.delay)
@@ -242,7 +248,7 @@ class _Exchange:
             headers.append((b"content-encoding", b"gzip"))
         headers.append((b"content-length", str(len(body)).encode()))
         await self.start(status, b"application/json", headers)
-        if self.hold and not await self.fake.park(self.receive):
+        if self.hold and not await self.fake.park(self.gone()):
             return
         await self.send({"type": "http.response.body", "body": body})
 
@@ -250,14 +256,17 @@ class _Exchange:
         await self.start(200, b"text/event-stream; charset=utf-8",
                          [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")])
         reset_after = int(self.h.get("x-fake-reset-after", "-1"))
+        gone = self.gone()
         for i, (name, data) in enumerate(events):
+            if gone.done():
+                return  # nobody is listening: stop rather than pace out the rest
             if i == reset_after:
                 raise _Reset("x-fake-reset-after")
             payload = data.encode() if isinstance(data, str) else orjson.dumps(data)
             frame = (b"event: " + name.encode() + b"\n" if name else b"") + b"data: " + payload + b"\n\n"
             await self.send({"type": "http.response.body", "body": frame, "more_body": True})
             if i == 0 and self.hold:
-                if not await self.fake.park(self.receive):
+                if not await self.fake.park(gone):
                     return
             elif self.delay:
                 await asyncio.sleep(self.delay)
@@ -397,7 +406,8 @@ class _Exchange:
         as_base64 = self.req.get("encoding_format") == "base64"  # the openai SDK asks for this by default
         data = []
         for i in range(len(items)):
-            vector = [round(0.125 * (i + 1) * (-1) ** j / (j + 1), 6) for j in range(8)]
+            # Powers of two survive float32 exactly, so base64 and float replies agree.
+            vector = [(-1) ** j * (i + 1) / 2 ** (j + 3) for j in range(8)]
             value: Any = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode() if as_base64 else vector
             data.append({"object": "embedding", "index": i, "embedding": value})
         body: dict[str, Any] = {"object": "list", "data": data, "model": self.out_model}

@@ -178,3 +178,22 @@ def test_metrics_token(fake: FakeUpstream, serve: Any) -> None:
     assert httpx.get(proxy.url + "/metrics").status_code == 401
     ok = httpx.get(proxy.url + "/metrics", headers={"authorization": "Bearer s3cret"})
     assert ok.status_code == 200 and "llmmeter_requests_total" in ok.text
+
+
+def test_client_that_leaves_mid_stream_is_recorded_and_upstream_released(fake: FakeUpstream, serve: Any) -> None:
+    proxy = serve(upstream=fake.base_url)
+    body = {**CHAT, "stream": True}
+    with httpx.stream("POST", proxy.base_url + "/chat/completions", json=body, timeout=10,
+                      headers={"x-fake-chunks": "300", "x-fake-delay-ms": "100"}) as r:
+        parts = r.iter_raw()
+        got = next(parts) + next(parts)
+        assert b"tok" in got or b"data:" in got
+    # The client is gone: the proxy stops reading the upstream and records what it relayed.
+    [row] = proxy.rows(expect=1)
+    assert (row["outcome"], row["usage_source"]) == ("client_closed", "estimated")
+    assert row["input_tokens"] > 0 and row["code"] == 200
+    deadline = time.monotonic() + 5
+    while fake.in_flight and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert fake.in_flight == 0  # the upstream request was abandoned, not read to the end
+    assert httpx.get(proxy.url + "/healthz").status_code == 200
