@@ -72,7 +72,7 @@ def read(chunks: list[bytes]) -> tuple[list[Event], Event | None, bytes]:
     return complete, tail[0] if tail else None, raw
 
 
-_value = st.text(alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)), max_size=10)
+_value = st.text(alphabet=st.characters(exclude_characters="\r\n", exclude_categories=["Cs"]), max_size=10)
 _line = st.one_of(
     st.builds("data: {}".format, _value), st.builds("data:{}".format, _value),
     st.builds("event: {}".format, _value), st.builds("id: {}".format, _value),

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import proxy.tap
+import proxy.usage
 from proxy.tap import OUTPUT_UNREPORTED, StreamTap
 from proxy.usage import Usage
 
@@ -161,14 +162,14 @@ def test_tool_call_and_reasoning_text_is_collected() -> None:
 def test_openai_null_usage_on_every_chunk_is_not_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
     """With include_usage, OpenAI sends "usage": null on each chunk: content chunks stay unparsed."""
     parsed: list[str] = []
-    real = proxy.tap.loads
+    real = proxy.usage.loads
 
     def counting(data: bytes | str) -> Any:
         parsed.append(str(data))
         return real(data)
 
-    monkeypatch.setattr(proxy.tap, "loads", counting)
-    body = [chunk({"role": "assistant", "content": ""}) | {"usage": None}]
+    monkeypatch.setattr("proxy.tap.loads", counting)
+    body: list[Any] = [chunk({"role": "assistant", "content": ""}) | {"usage": None}]
     body += [chunk({"content": f"w{i} "}) | {"usage": None} for i in range(50)]
     body += [chunk(finish="stop") | {"usage": None}, chunk(usage=USAGE, choices=False), "[DONE]"]
     events = sse(*body)
