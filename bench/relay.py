@@ -103,6 +103,16 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
+def ledger_summary(port: int, db: Path) -> dict[str, int]:
+    """Rows by outcome and usage source: shows what a run metered (e.g. requests wrk abandoned)."""
+    import sqlite3
+
+    time.sleep(1)  # let the importer catch up
+    with sqlite3.connect(db) as con:
+        rows = con.execute("SELECT outcome, usage_source, count(*) FROM requests GROUP BY 1, 2").fetchall()
+    return {f"{outcome}/{source}": n for outcome, source, n in rows}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=2000)
@@ -136,6 +146,7 @@ def main() -> None:
                 "rps_32_stream": wrk(port, a.duration, 32, stream=True),
             }
         results["llmmeter_peak_rss_mb"] = rss_mb(procs[2].pid)
+        results["ledger_rows"] = ledger_summary(meter, tmp / "bench.db")
         d, m = results["paths"]["direct"], results["paths"]["llmmeter"]
         results["added_p50_ms"] = m["p50_ms"] - d["p50_ms"]
         results["added_p99_ms"] = m["p99_ms"] - d["p99_ms"]
@@ -153,6 +164,7 @@ def main() -> None:
         print(f"added by llmmeter: p50 {results['added_p50_ms']:.3f} ms, p99 {results['added_p99_ms']:.3f} ms, "
               f"stream TTFB {results['added_stream_ttfb_ms']:.3f} ms; "
               f"peak RSS {results['llmmeter_peak_rss_mb']:.0f} MB")
+        print(f"ledger rows: {results['ledger_rows']}")
         print(f"wrote {a.out}")
     finally:
         for p in procs:
