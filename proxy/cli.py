@@ -57,6 +57,18 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--config", type=Path)
     export.set_defaults(run=_export)
 
+    report = sub.add_parser("report", help="the monthly usage report")
+    report.add_argument("--month", required=True, metavar="YYYY-MM")
+    report.add_argument("--tz", default="UTC")
+    report.add_argument("--tenant")
+    report.add_argument("--reprice-at", metavar="DATETIME")
+    report.add_argument("--format", choices=("md", "json", "csv"), default="md")
+    report.add_argument("--out", type=Path)
+    report.add_argument("--db")
+    report.add_argument("--config", type=Path)
+    report.add_argument("--prices", type=Path, help="price table directory")
+    report.set_defaults(run=_report)
+
     prices = sub.add_parser("prices", help="check or show price tables")
     psub = prices.add_subparsers(metavar="ACTION")
     check = psub.add_parser("check", help="validate price tables (file:line errors)")
@@ -137,6 +149,33 @@ def _export(args: argparse.Namespace) -> int:
         return 0
     finally:
         ledger.close()
+
+
+def _report(args: argparse.Namespace) -> int:
+    from proxy.export import parse_when
+    from proxy.ledger import Ledger
+    from proxy.report import ReportInput, build_report, render
+
+    tz = _zone(args.tz)
+    s = _settings(args, db=args.db, prices=args.prices)
+    book = PriceBook(load_dir(s.prices_dir or default_tables_dir()), dict(s.tier_aliases))
+    w = s.workloads
+    inp = ReportInput(month=args.month, tz=tz, book=book, selfhost=s.selfhost,
+                      workload_bounds=(w.medium, w.long, w.very_long),
+                      self_hosted_upstreams=frozenset(u.name for u in s.upstreams if u.self_hosted),
+                      tenant=args.tenant,
+                      reprice_at=parse_when(args.reprice_at, tz) if args.reprice_at else None)
+    ledger = Ledger(s.ledger_url, s.journal_dir, s.fsync)
+    ledger.start()  # journaled records not yet imported belong in the report too
+    try:
+        text = render(build_report(ledger.store, inp), args.format)
+    finally:
+        ledger.close()
+    if args.out is None:
+        sys.stdout.write(text)
+    else:
+        args.out.write_text(text, encoding="utf-8")
+    return 0
 
 
 class _Progress:

@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import sqlite3
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from proxy.ledger import migrations
-from proxy.ledger.store import COLUMNS, StoreUnavailable, from_row, to_micros, to_row
+from proxy.ledger.store import (
+    COLUMNS,
+    HOURLY_SQL,
+    INPUT_SIDE,
+    METERED_SQL,
+    StoreUnavailable,
+    from_row,
+    to_micros,
+    to_row,
+)
 from proxy.record import Record
 
 _INSERT = (f"INSERT INTO requests ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))}) "
@@ -99,6 +110,44 @@ class SqliteStore:
             cur = con.execute(f"SELECT tenant, SUM(cost_units) FROM requests WHERE {where} "
                               "AND cost_units IS NOT NULL GROUP BY tenant", params)
             return {tenant: int(units) for tenant, units in cur}
+        except sqlite3.Error as e:
+            raise StoreUnavailable(f"{self.path}: {e}") from e
+        finally:
+            con.close()
+
+
+    def hourly(self, start_from: datetime, start_to: datetime, tenant: str | None) -> list[tuple[Any, ...]]:
+        """Sums per UTC hour and attribution key, computed by SQLite (see HOURLY_SQL)."""
+        return self._fetch(HOURLY_SQL, start_from, start_to, tenant)
+
+    def input_side_percentiles(self, start_from: datetime, start_to: datetime, tenant: str,
+                               quantiles: Sequence[float]) -> list[int]:
+        """Exact nearest-rank percentiles of a tenant's input-side tokens per metered request."""
+        where, params = _range(start_from, start_to, tenant)
+        where += f" AND endpoint IN ({METERED_SQL})"
+        con = self._connect(readonly=True)
+        try:
+            (n,) = con.execute(f"SELECT COUNT(*) FROM requests WHERE {where}", params).fetchone()
+            out = []
+            for q in quantiles:
+                if not n:
+                    out.append(0)
+                    continue
+                rank = max(0, math.ceil(q * n) - 1)
+                (v,) = con.execute(f"SELECT {INPUT_SIDE} AS t FROM requests WHERE {where} ORDER BY t "
+                                   "LIMIT 1 OFFSET ?", (*params, rank)).fetchone()
+                out.append(int(v))
+            return out
+        except sqlite3.Error as e:
+            raise StoreUnavailable(f"{self.path}: {e}") from e
+        finally:
+            con.close()
+
+    def _fetch(self, sql: str, start_from: datetime, start_to: datetime, tenant: str | None) -> list[tuple[Any, ...]]:
+        where, params = _range(start_from, start_to, tenant)
+        con = self._connect(readonly=True)
+        try:
+            return con.execute(sql.format(where=where), params).fetchall()
         except sqlite3.Error as e:
             raise StoreUnavailable(f"{self.path}: {e}") from e
         finally:

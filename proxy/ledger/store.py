@@ -56,6 +56,34 @@ class Store(Protocol):
     def default_journal_dir(self) -> Path: ...
 
 
+    def hourly(self, start_from: datetime, start_to: datetime, tenant: str | None) -> list[tuple[Any, ...]]:
+        """HOURLY_SQL's rows for [from, to)."""
+        ...
+
+    def input_side_percentiles(self, start_from: datetime, start_to: datetime, tenant: str,
+                               quantiles: Sequence[float]) -> list[int]: ...
+
+
+# The report aggregates in the database: one row per UTC hour and attribution key, so
+# its memory follows the number of distinct keys, never the number of requests.
+METERED_SQL = "'chat', 'completions', 'embeddings', 'responses', 'messages'"
+INPUT_SIDE = "(input_tokens + cache_read_tokens + cache_write_tokens)"
+HOURLY_SQL = f"""
+SELECT start / 3600000000 AS hour,
+       COALESCE(model, model_requested, '') AS model, model IS NULL AS unpriced_model,
+       COALESCE(tier, '') AS tier, upstream, tenant, COALESCE(tag, '') AS tag, COALESCE(workload, '') AS workload,
+       endpoint IN ({METERED_SQL}) AS metered,
+       COUNT(*) AS requests,
+       SUM(input_tokens), SUM(cache_read_tokens), SUM(cache_write_tokens), SUM(output_tokens),
+       COALESCE(SUM(reasoning_tokens), 0),
+       SUM(usage_source = 'estimated'),
+       SUM(cost_units IS NULL AND outcome != 'rejected' AND endpoint IN ({METERED_SQL})),
+       COALESCE(SUM(cost_units), 0)
+FROM requests WHERE {{where}}
+GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9
+"""
+
+
 def open_store(url: str, busy_timeout_s: float = 5.0) -> Store:
     """`sqlite:///rel.db`, `sqlite:////abs.db` or a plain path; PostgreSQL is not built yet."""
     from proxy.ledger.sqlite import SqliteStore
