@@ -62,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--tz", default="UTC")
     report.add_argument("--tenant")
     report.add_argument("--reprice-at", metavar="DATETIME")
-    report.add_argument("--format", choices=("md", "json", "csv"), default="md")
+    report.add_argument("--format", choices=("md", "json", "csv", "html"), default="md")
     report.add_argument("--out", type=Path)
     report.add_argument("--db")
     report.add_argument("--config", type=Path)

@@ -189,15 +189,20 @@ def _workloads(groups: list[_Group], bounds: tuple[int, int, int], total_units: 
 
 def _daily(groups: list[_Group], start: datetime, end: datetime, tz: ZoneInfo) -> list[dict[str, Any]]:
     days: dict[date, _Sums] = {}
+    split: dict[date, dict[str, int]] = {}
     d = start.date()
     while d < end.date():
-        days[d] = _Sums()
+        days[d], split[d] = _Sums(), {}
         d += timedelta(days=1)
     for g in groups:
         local = g.hour.astimezone(tz).date()
         if local in days:
             days[local].add(g)
-    return [{"date": d.isoformat(), "requests": s.requests, **s.tokens(), "cost_usd": _usd(s.cost_units)}
+            if g.cost_units:
+                key = f"{g.model}/{g.tier}"
+                split[local][key] = split[local].get(key, 0) + g.cost_units
+    return [{"date": d.isoformat(), "requests": s.requests, **s.tokens(), "cost_usd": _usd(s.cost_units),
+             "cost_by_model_tier": {k: _usd(v) for k, v in sorted(split[d].items())}}
             for d, s in days.items()]
 
 

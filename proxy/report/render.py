@@ -20,7 +20,11 @@ def render(report: dict[str, Any], fmt: str) -> str:
         return _csv(report)
     if fmt == "md":
         return _md(report)
-    raise ValueError(f"report format {fmt!r} is not available (md, json or csv)")
+    if fmt == "html":
+        from proxy.report.html import render_html
+
+        return render_html(report)
+    raise ValueError(f"report format {fmt!r} is not available (md, json, csv or html)")
 
 
 def _csv(report: dict[str, Any]) -> str:

@@ -5,13 +5,18 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import shutil
+import subprocess
 from datetime import UTC, datetime
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 from openai import OpenAI
 
 from tests.fake_upstream import FakeUpstream
+from tests.strict import require
 
 # The launch coverage's worked example, as two requests (each with 20M output tokens).
 WORKED = [({"prompt": 100_000_000, "completion": 20_000_000}, "rag-search"),
@@ -84,3 +89,36 @@ def test_empty_month_and_bad_month(serve: Any, fake: FakeUpstream) -> None:
     assert empty["self_hosting"]["summary"].startswith("No API traffic")
     bad = proxy.cli("report", "--month", "2026-13", "--db", f"sqlite:///{proxy.db}")
     assert bad.returncode == 2 and "use YYYY-MM" in bad.stderr
+
+
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic")
+
+
+def test_html_report_renders_its_charts_in_chromium(fake: FakeUpstream, serve: Any, tmp_path: Path) -> None:
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    require(browser is not None, "Debian's chromium is not installed (make test installs it as root)")
+    assert browser is not None
+    proxy = serve(upstream=fake.base_url)
+    client = OpenAI(base_url=proxy.base_url, api_key="k", max_retries=0)
+    for usage, _ in WORKED:
+        client.chat.completions.create(model="kimi-k3.1-pro", messages=[{"role": "user", "content": "x"}],
+                                       extra_headers={"x-fake-usage": json.dumps(usage)})
+    proxy.rows(expect=2)
+    page = tmp_path / "report.html"
+    report(proxy, "--format", "html", "--out", str(page))
+    text = page.read_text()
+    # Self-contained: nothing to fetch (the SVG namespace is a name, not a fetch).
+    assert not [w for w in ("src=", "href=", "<link", "url(", "@import") if w in text]
+    shot = tmp_path / "report.png"
+    env = {**os.environ, "HOME": str(tmp_path)}  # a throwaway profile
+    run = subprocess.run([browser, *CHROMIUM_FLAGS, "--enable-logging=stderr", "--v=0", "--window-size=900,2400",
+                          f"--screenshot={shot}", page.as_uri()], capture_output=True, text=True, timeout=120,
+                         env=env, cwd=tmp_path)
+    assert shot.exists() and shot.stat().st_size > 20_000, run.stderr[-2000:]
+    assert "CONSOLE" not in run.stderr or "Uncaught" not in run.stderr, run.stderr[-2000:]
+    dom = subprocess.run([browser, *CHROMIUM_FLAGS, "--dump-dom", page.as_uri()], capture_output=True, text=True,
+                         timeout=120, env=env, cwd=tmp_path)
+    # The page's own script counts the charts the browser built: it ran, and found all five.
+    assert 'data-charts="5"' in dom.stdout, dom.stderr[-2000:]
+    assert dom.stdout.count('class="bar"') > 24 and "you are here" in dom.stdout
