@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import math
 import sqlite3
 from collections.abc import Iterator, Sequence
 from datetime import datetime
@@ -16,6 +15,7 @@ from proxy.ledger.store import (
     HOURLY_SQL,
     INPUT_SIDE,
     METERED_SQL,
+    ROLLUP_SQL,
     StoreUnavailable,
     from_row,
     to_micros,
@@ -27,6 +27,7 @@ _INSERT = (f"INSERT INTO requests ({', '.join(COLUMNS)}) VALUES ({', '.join('?' 
            "ON CONFLICT (id) DO NOTHING")
 _SELECT = f"SELECT {', '.join(COLUMNS)} FROM requests"
 _FETCH = 1024
+_HOUR = 3_600_000_000  # microseconds
 
 
 class SqliteStore:
@@ -117,27 +118,38 @@ class SqliteStore:
 
 
     def hourly(self, start_from: datetime, start_to: datetime, tenant: str | None) -> list[tuple[Any, ...]]:
-        """Sums per UTC hour and attribution key, computed by SQLite (see HOURLY_SQL)."""
-        return self._fetch(HOURLY_SQL, start_from, start_to, tenant)
-
-    def input_side_percentiles(self, start_from: datetime, start_to: datetime, tenant: str,
-                               quantiles: Sequence[float]) -> list[int]:
-        """Exact nearest-rank percentiles of a tenant's input-side tokens per metered request."""
-        where, params = _range(start_from, start_to, tenant)
-        where += f" AND endpoint IN ({METERED_SQL})"
+        """Sums per UTC hour and attribution key: from the rollup when the range is on whole
+        UTC hours (any zone with a whole-hour offset), else summed from the requests."""
+        lo, hi = to_micros(start_from), to_micros(start_to)
+        if lo % _HOUR or hi % _HOUR:
+            return self._fetch(HOURLY_SQL, start_from, start_to, tenant)
+        where = "hour >= ? AND hour < ?" + (" AND tenant = ?" if tenant is not None else "")
+        params: tuple[object, ...] = (lo // _HOUR, hi // _HOUR, *((tenant,) if tenant is not None else ()))
         con = self._connect(readonly=True)
         try:
-            (n,) = con.execute(f"SELECT COUNT(*) FROM requests WHERE {where}", params).fetchone()
-            out = []
-            for q in quantiles:
-                if not n:
-                    out.append(0)
-                    continue
-                rank = max(0, math.ceil(q * n) - 1)
-                (v,) = con.execute(f"SELECT {INPUT_SIDE} AS t FROM requests WHERE {where} ORDER BY t "
-                                   "LIMIT 1 OFFSET ?", (*params, rank)).fetchone()
-                out.append(int(v))
-            return out
+            return con.execute(ROLLUP_SQL.format(where=where), params).fetchall()
+        except sqlite3.Error as e:
+            raise StoreUnavailable(f"{self.path}: {e}") from e
+        finally:
+            con.close()
+
+    def input_side_percentiles(self, start_from: datetime, start_to: datetime, tenant: str | None,
+                               percents: Sequence[int]) -> dict[str, list[int]]:
+        """Exact nearest-rank percentiles of input-side tokens per metered request, per tenant."""
+        where, params = _range(start_from, start_to, tenant)
+        ranks = " OR ".join(f"rn = (n * {int(p)} + 99) / 100" for p in percents)
+        sql = (f"SELECT tenant, rn, n, t FROM (SELECT tenant, {INPUT_SIDE} AS t, "
+               f"ROW_NUMBER() OVER (PARTITION BY tenant ORDER BY {INPUT_SIDE}) AS rn, "
+               f"COUNT(*) OVER (PARTITION BY tenant) AS n FROM requests "
+               f"WHERE {where} AND endpoint IN ({METERED_SQL})) WHERE {ranks}")
+        con = self._connect(readonly=True)
+        try:
+            found: dict[tuple[str, int], int] = {}
+            counts: dict[str, int] = {}
+            for t, rn, n, value in con.execute(sql, params):
+                found[(t, rn)] = int(value)
+                counts[t] = n
+            return {t: [found[(t, (n * int(p) + 99) // 100)] for p in percents] for t, n in counts.items()}
         except sqlite3.Error as e:
             raise StoreUnavailable(f"{self.path}: {e}") from e
         finally:

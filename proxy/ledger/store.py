@@ -60,8 +60,10 @@ class Store(Protocol):
         """HOURLY_SQL's rows for [from, to)."""
         ...
 
-    def input_side_percentiles(self, start_from: datetime, start_to: datetime, tenant: str,
-                               quantiles: Sequence[float]) -> list[int]: ...
+    def input_side_percentiles(self, start_from: datetime, start_to: datetime, tenant: str | None,
+                               percents: Sequence[int]) -> dict[str, list[int]]:
+        """Per tenant, exact nearest-rank percentiles of input-side tokens per metered request."""
+        ...
 
 
 # The report aggregates in the database: one row per UTC hour and attribution key, so
@@ -81,6 +83,13 @@ SELECT start / 3600000000 AS hour,
        COALESCE(SUM(cost_units), 0)
 FROM requests WHERE {{where}}
 GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9
+"""
+# The same rows from the rollup the 002 migration keeps: for ranges on whole UTC hours.
+ROLLUP_SQL = """
+SELECT hour, model, unpriced_model, tier, upstream, tenant, tag, workload, metered, requests,
+       input_tokens, cache_read_tokens, cache_write_tokens, output_tokens, reasoning_tokens,
+       estimated, unpriced, cost_units
+FROM hourly_rollup WHERE {where}
 """
 
 

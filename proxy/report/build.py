@@ -138,9 +138,9 @@ def build_report(store: Store, inp: ReportInput) -> dict[str, Any]:
     report["by_model"] = _by(groups, lambda g: (g.model, g.tier, g.upstream), ("model", "tier", "upstream"),
                              total.cost_units, metered_only=True)
     by_tenant = _by(groups, lambda g: (g.tenant,), ("tenant",), total.cost_units)
+    percentiles = store.input_side_percentiles(start, end, inp.tenant, (50, 95))
     for row in by_tenant:
-        p50, p95 = store.input_side_percentiles(start, end, row["tenant"], (0.5, 0.95))
-        row["input_tokens_p50"], row["input_tokens_p95"] = p50, p95
+        row["input_tokens_p50"], row["input_tokens_p95"] = percentiles.get(row["tenant"], [0, 0])
     report["by_tenant"] = by_tenant
     report["by_tag"] = _by(groups, lambda g: (g.tag or "untagged",), ("tag",), total.cost_units,
                            metered_only=True, hit_rate=True)

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from proxy.ledger import Ledger
-from proxy.ledger.store import COLUMNS, sqlite_path
+from proxy.ledger.sqlite import SqliteStore
+from proxy.ledger.store import COLUMNS, HOURLY_SQL, sqlite_path
 from proxy.record import Record
 from tests.ledger.helpers import EVER, T0, full_record
 
@@ -57,13 +58,13 @@ def test_table_has_one_column_per_record_field(tmp_path: Path, db_url: str, ledg
     finally:
         con.close()
     assert cols == list(COLUMNS) == [f.name for f in fields(Record)]
-    assert versions == [1] and mode == "wal"
+    assert versions == [1, 2] and mode == "wal"
     assert {"requests_start", "requests_tenant_start"} <= indexes
 
 
 def test_migrations_run_once(db_url: str) -> None:
     first = Ledger(db_url)
-    assert first.store.migrate() == 1
+    assert first.store.migrate() == 2
     assert Ledger(db_url).store.migrate() == 0
 
 
@@ -150,3 +151,38 @@ def test_close_deletes_fully_imported_segments(db_url: str, tmp_path: Path) -> N
     ledger.close()
     assert list(ledger.journal_dir.iterdir()) == []
     ledger.close()  # twice is harmless
+
+
+def test_input_side_percentiles_are_exact_nearest_rank(db_url: str, ledgers: list[Ledger]) -> None:
+    ledger = Ledger(db_url)
+    ledgers.append(ledger)
+    ledger.start()
+    for i in range(1, 101):  # input-side tokens 1..100 for one tenant, 7 for another
+        ledger.append(full_record(i, tenant="a", input_tokens=i, cache_read_tokens=0, cache_write_tokens=0))
+    ledger.append(full_record(1000, tenant="b", input_tokens=3, cache_read_tokens=4, cache_write_tokens=0))
+    ledger.append(full_record(1001, tenant="b", endpoint="models", input_tokens=999))  # not metered
+    assert ledger.flush(10)
+    got = ledger.store.input_side_percentiles(*EVER, None, (50, 95, 100))
+    assert got == {"a": [50, 95, 100], "b": [7, 7, 7]}
+    assert ledger.store.input_side_percentiles(*EVER, "b", (50,)) == {"b": [7]}
+
+
+def test_hourly_rollup_matches_the_requests_and_ignores_duplicates(db_url: str, ledgers: list[Ledger]) -> None:
+    ledger = Ledger(db_url)
+    ledgers.append(ledger)
+    ledger.start()
+    for i in range(50):
+        ledger.append(full_record(i, start=T0 + timedelta(minutes=17 * i), tenant=("a", "b")[i % 2],
+                                  tag=(None, "x")[i % 3 == 0], cost_units=None if i % 7 == 0 else 10 * i))
+    ledger.append(full_record(3))  # the same id again: kept once, summed once
+    assert ledger.flush(10)
+    store = ledger.store
+    assert isinstance(store, SqliteStore)
+    lo, hi = datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC)
+    rolled = sorted(store.hourly(lo, hi, None))
+    scanned = sorted(store._fetch(HOURLY_SQL, lo, hi, None))
+    assert rolled == scanned and sum(r[9] for r in rolled) == 50
+    assert sorted(store.hourly(lo, hi, "a")) == sorted(store._fetch(HOURLY_SQL, lo, hi, "a"))
+    # A range off whole UTC hours (a half-hour zone) is summed from the requests themselves.
+    half = timedelta(minutes=30)
+    assert sum(r[9] for r in store.hourly(lo + half, hi + half, None)) == 50
