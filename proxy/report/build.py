@@ -145,6 +145,9 @@ def build_report(store: Store, inp: ReportInput) -> dict[str, Any]:
     report["by_tag"] = _by(groups, lambda g: (g.tag or "untagged",), ("tag",), total.cost_units,
                            metered_only=True, hit_rate=True)
     report["by_workload"] = _workloads(groups, inp.workload_bounds, total.cost_units)
+    report["by_tag_workload"] = _by(groups, lambda g: (g.tag or "untagged", g.workload), ("tag", "workload"),
+                                    total.cost_units, metered_only=True)
+    report["workload_summary"] = workload_summary(report["by_workload"])
     report["daily"] = _daily(groups, start, end, inp.tz)
     hourly = _hourly(groups, inp.tz)
     report["hourly_profile"] = hourly
@@ -185,6 +188,17 @@ def _workloads(groups: list[_Group], bounds: tuple[int, int, int], total_units: 
     return [{"workload": w, "min_input_tokens": mins[w], "requests": s.requests, **s.tokens(),
              "cost_usd": _usd(s.cost_units), "cost_share": _share(s.cost_units, total_units),
              "cache_hit_rate": s.cache_hit_rate()} for w, s in sums.items()]
+
+
+def workload_summary(rows: list[dict[str, Any]]) -> str:
+    """The decision in plain words: what share of calls and of cost each long class has."""
+    calls = sum(r["requests"] for r in rows)
+    if not calls:
+        return "No metered requests this month."
+    words = {"short": "short", "medium": "medium", "long": "long-document", "very_long": "very-long-document"}
+    parts = [f"{words[r['workload']]} requests are {r['requests'] / calls:.0%} of calls and "
+             f"{r['cost_share']:.0%} of cost" for r in rows if r["requests"]]
+    return "; ".join(parts) + "."
 
 
 def _daily(groups: list[_Group], start: datetime, end: datetime, tz: ZoneInfo) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ def render_html(r: dict[str, Any]) -> str:
     charts = [
         ("Daily cost by model and tier", _daily_cost(r)),
         ("Token mix", _token_mix(r)),
+        ("Where the money goes: cost by tag and workload", _tag_workload(r)),
         ("Hourly profile (local time)", _hourly(r)),
         ("Cache-hit rate by day", _cache_by_day(r)),
         ("API vs self-hosting cost across monthly volume", _breakeven(r)),
@@ -83,6 +84,14 @@ def _daily_cost(r: dict[str, Any]) -> str:
     keys = sorted({k for d in r["daily"] for k in d["cost_by_model_tier"]}) or ["cost"]
     values = [[float(Decimal(d["cost_by_model_tier"].get(k, "0"))) for k in keys] for d in r["daily"]]
     return _bars(values, [d["date"][8:] for d in r["daily"]], keys, "daily-cost")
+
+
+def _tag_workload(r: dict[str, Any]) -> str:
+    workloads = ["short", "medium", "long", "very_long"]
+    tags = sorted({x["tag"] for x in r["by_tag_workload"]}) or ["untagged"]
+    cell = {(x["tag"], x["workload"]): float(Decimal(x["cost_usd"])) for x in r["by_tag_workload"]}
+    values = [[cell.get((t, w), 0.0) for w in workloads] for t in tags]
+    return _bars(values, tags, workloads, "tag-workload") + f"<p>{html.escape(r['workload_summary'])}</p>"
 
 
 def _token_mix(r: dict[str, Any]) -> str:

@@ -77,6 +77,7 @@ def _md(r: dict[str, Any]) -> str:
     section("By tenant", "by_tenant", ["tenant", "input_tokens_p50", "input_tokens_p95"])
     section("By tag", "by_tag", ["tag"])
     section("By workload", "by_workload", ["workload", "min_input_tokens"])
+    parts += [r["workload_summary"], ""]
     parts += ["## Daily", "", _table(["date", "requests", "input", "cache read", "output", "cost"], [
         [d["date"], _n(d["requests"]), _n(d["input_tokens"]), _n(d["cache_read_tokens"]), _n(d["output_tokens"]),
          _money(d["cost_usd"])] for d in r["daily"]]), ""]

@@ -51,6 +51,9 @@ def test_worked_example_and_what_ifs_exactly(fake: FakeUpstream, serve: Any) -> 
     assert tags["untagged"]["cache_hit_rate"] == 0.7
     [long_docs] = [w for w in r["by_workload"] if w["workload"] == "very_long"]
     assert long_docs["requests"] == 2 and long_docs["min_input_tokens"] == 131072
+    assert r["workload_summary"] == "very-long-document requests are 100% of calls and 100% of cost."
+    assert {(x["tag"], x["workload"], x["cost_usd"]) for x in r["by_tag_workload"]} == {
+        ("rag-search", "very_long", "400"), ("untagged", "very_long", "274")}
     [tenant] = r["by_tenant"]
     assert (tenant["tenant"], tenant["input_tokens_p50"], tenant["input_tokens_p95"]) == (
         "default", 100_000_000, 100_000_000)
@@ -120,5 +123,5 @@ def test_html_report_renders_its_charts_in_chromium(fake: FakeUpstream, serve: A
     dom = subprocess.run([browser, *CHROMIUM_FLAGS, "--dump-dom", page.as_uri()], capture_output=True, text=True,
                          timeout=120, env=env, cwd=tmp_path)
     # The page's own script counts the charts the browser built: it ran, and found all five.
-    assert 'data-charts="5"' in dom.stdout, dom.stderr[-2000:]
+    assert 'data-charts="6"' in dom.stdout, dom.stderr[-2000:]
     assert dom.stdout.count('class="bar"') > 24 and "you are here" in dom.stdout
