@@ -95,43 +95,25 @@ class SqliteStore:
 
     def count(self, start_from: datetime, start_to: datetime, tenant: str | None) -> int:
         where, params = _range(start_from, start_to, tenant)
-        con = self._connect(readonly=True)
-        try:
-            (n,) = con.execute(f"SELECT COUNT(*) FROM requests WHERE {where}", params).fetchone()
-            return int(n)
-        except sqlite3.Error as e:
-            raise StoreUnavailable(f"{self.path}: {e}") from e
-        finally:
-            con.close()
+        [(n,)] = self._read(f"SELECT COUNT(*) FROM requests WHERE {where}", params)
+        return int(n)
 
     def cost_by_tenant(self, start_from: datetime, start_to: datetime) -> dict[str, int]:
         where, params = _range(start_from, start_to, None)
-        con = self._connect(readonly=True)
-        try:
-            cur = con.execute(f"SELECT tenant, SUM(cost_units) FROM requests WHERE {where} "
-                              "AND cost_units IS NOT NULL GROUP BY tenant", params)
-            return {tenant: int(units) for tenant, units in cur}
-        except sqlite3.Error as e:
-            raise StoreUnavailable(f"{self.path}: {e}") from e
-        finally:
-            con.close()
-
+        rows = self._read(f"SELECT tenant, SUM(cost_units) FROM requests WHERE {where} "
+                          "AND cost_units IS NOT NULL GROUP BY tenant", params)
+        return {tenant: int(units) for tenant, units in rows}
 
     def hourly(self, start_from: datetime, start_to: datetime, tenant: str | None) -> list[tuple[Any, ...]]:
         """Sums per UTC hour and attribution key: from the rollup when the range is on whole
         UTC hours (any zone with a whole-hour offset), else summed from the requests."""
         lo, hi = to_micros(start_from), to_micros(start_to)
         if lo % _HOUR or hi % _HOUR:
-            return self._fetch(HOURLY_SQL, start_from, start_to, tenant)
+            where, params = _range(start_from, start_to, tenant)
+            return self._read(HOURLY_SQL.format(where=where), params)
         where = "hour >= ? AND hour < ?" + (" AND tenant = ?" if tenant is not None else "")
-        params: tuple[object, ...] = (lo // _HOUR, hi // _HOUR, *((tenant,) if tenant is not None else ()))
-        con = self._connect(readonly=True)
-        try:
-            return con.execute(ROLLUP_SQL.format(where=where), params).fetchall()
-        except sqlite3.Error as e:
-            raise StoreUnavailable(f"{self.path}: {e}") from e
-        finally:
-            con.close()
+        return self._read(ROLLUP_SQL.format(where=where),
+                          (lo // _HOUR, hi // _HOUR, *((tenant,) if tenant is not None else ())))
 
     def input_side_percentiles(self, start_from: datetime, start_to: datetime, tenant: str | None,
                                percents: Sequence[int]) -> dict[str, list[int]]:
@@ -142,24 +124,18 @@ class SqliteStore:
                f"ROW_NUMBER() OVER (PARTITION BY tenant ORDER BY {INPUT_SIDE}) AS rn, "
                f"COUNT(*) OVER (PARTITION BY tenant) AS n FROM requests "
                f"WHERE {where} AND endpoint IN ({METERED_SQL})) WHERE {ranks}")
-        con = self._connect(readonly=True)
-        try:
-            found: dict[tuple[str, int], int] = {}
-            counts: dict[str, int] = {}
-            for t, rn, n, value in con.execute(sql, params):
-                found[(t, rn)] = int(value)
-                counts[t] = n
-            return {t: [found[(t, (n * int(p) + 99) // 100)] for p in percents] for t, n in counts.items()}
-        except sqlite3.Error as e:
-            raise StoreUnavailable(f"{self.path}: {e}") from e
-        finally:
-            con.close()
+        found: dict[tuple[str, int], int] = {}
+        counts: dict[str, int] = {}
+        for t, rn, n, value in self._read(sql, params):
+            found[(t, rn)] = int(value)
+            counts[t] = n
+        return {t: [found[(t, (n * int(p) + 99) // 100)] for p in percents] for t, n in counts.items()}
 
-    def _fetch(self, sql: str, start_from: datetime, start_to: datetime, tenant: str | None) -> list[tuple[Any, ...]]:
-        where, params = _range(start_from, start_to, tenant)
+    def _read(self, sql: str, params: tuple[object, ...]) -> list[tuple[Any, ...]]:
+        """One read on its own connection; every failure surfaces as StoreUnavailable."""
         con = self._connect(readonly=True)
         try:
-            return con.execute(sql.format(where=where), params).fetchall()
+            return con.execute(sql, params).fetchall()
         except sqlite3.Error as e:
             raise StoreUnavailable(f"{self.path}: {e}") from e
         finally:

@@ -115,8 +115,7 @@ def _share(part: int, whole: int) -> float:
     return part / whole if whole else 0.0
 
 
-def _usd(units: int) -> str:
-    return format_usd(units)
+_usd = format_usd  # exact dollars from 10^-10 USD units
 
 
 def build_report(store: Store, inp: ReportInput) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import html
 from decimal import Decimal
 from typing import Any
 
-from proxy.report.render import TOKEN_COLS, _md
+from proxy.report.render import TOKEN_COLS, markdown
 
 PALETTE = ("#3b6fb6", "#e07b39", "#5a9e4b", "#b84a62", "#7d5ba6", "#8c8c8c", "#c9a227", "#2a9d8f")
 W, H, PAD = 760, 240, 44
@@ -22,7 +22,7 @@ def render_html(r: dict[str, Any]) -> str:
         ("API vs self-hosting cost across monthly volume", _breakeven(r)),
     ]
     body = "".join(f"<section><h2>{html.escape(t)}</h2>{svg}</section>" for t, svg in charts)
-    tables = "".join(f"<pre>{html.escape(block)}</pre>" for block in _md(r).split("\n\n## ")[1:])
+    tables = "".join(f"<pre>{html.escape(block)}</pre>" for block in markdown(r).split("\n\n## ")[1:])
     title = f"llmmeter usage report {r['month']} ({r['timezone']})"
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>

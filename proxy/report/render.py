@@ -19,7 +19,7 @@ def render(report: dict[str, Any], fmt: str) -> str:
     if fmt == "csv":
         return _csv(report)
     if fmt == "md":
-        return _md(report)
+        return markdown(report)
     if fmt == "html":
         from proxy.report.html import render_html
 
@@ -56,7 +56,7 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def _md(r: dict[str, Any]) -> str:
+def markdown(r: dict[str, Any]) -> str:
     t = r["totals"]
     scope = f", tenant {r['tenant']}" if r["tenant"] else ""
     parts = [f"# llmmeter usage report: {r['month']} ({r['timezone']}{scope})", "",
