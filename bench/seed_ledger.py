@@ -5,7 +5,7 @@
 A realistic mix: kimi-k3.1-pro at both tiers (plus a little unpriced traffic), three
 tenants, tags and untagged calls, every workload class, a daytime peak, and ~60% cache
 hits on the input side. Costs come from the shipped price tables, as the proxy's would.
-Deterministic for a given --seed. Rows go in through the ledger's own writer.
+Deterministic for a given --seed. Rows go in time order through the ledger's own writer.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import math
 import random
 import sys
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -28,6 +29,24 @@ from proxy.settings import Workloads
 TENANTS = (("search-team", 5), ("agents", 4), ("default", 1))
 TAGS = (("rag-search", 4), ("code-agent", 4), (None, 2))
 BATCH = 5000
+
+
+def arrivals(rng: random.Random, first: datetime, seconds: int, rows: int) -> Iterator[datetime]:
+    """`rows` start times in time order, as a proxy writes them, with a daytime peak.
+
+    Each hour gets its share of the rows by a weight that follows the hour of day
+    (carried over so the shares add up exactly), spread at random within the hour.
+    """
+    hours = seconds // 3600
+    weights = [0.25 + 0.75 * max(0.0, math.sin(math.pi * (h % 24 - 7) / 14)) for h in range(hours)]
+    per_weight, carry = rows / sum(weights), 0.0
+    for h, w in enumerate(weights):
+        carry += w * per_weight
+        n = rows if h == hours - 1 else int(carry)
+        carry -= n
+        rows -= n
+        for off in sorted(rng.random() * 3600 for _ in range(n)):
+            yield first + timedelta(seconds=h * 3600 + off)
 
 
 def main() -> None:
@@ -47,14 +66,7 @@ def main() -> None:
     workloads = Workloads()
     t0 = time.perf_counter()
     batch: list[Record] = []
-    for i in range(a.rows):
-        # A daytime peak: accept an offset with a probability that follows the hour of day.
-        while True:
-            off = rng.random() * seconds
-            hour = (off / 3600) % 24
-            if rng.random() < 0.25 + 0.75 * max(0.0, math.sin(math.pi * (hour - 7) / 14)):
-                break
-        start = first + timedelta(seconds=off)
+    for i, start in enumerate(arrivals(rng, first, int(seconds), a.rows)):
         tenant = rng.choices([t for t, _ in TENANTS], [w for _, w in TENANTS])[0]
         tag = rng.choices([t for t, _ in TAGS], [w for _, w in TAGS])[0]
         side = int(rng.lognormvariate(8.5, 1.4)) + 50  # input-side tokens: mostly short, a long tail

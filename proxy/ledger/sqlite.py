@@ -28,6 +28,8 @@ _INSERT = (f"INSERT INTO requests ({', '.join(COLUMNS)}) VALUES ({', '.join('?' 
 _SELECT = f"SELECT {', '.join(COLUMNS)} FROM requests"
 _FETCH = 1024
 _HOUR = 3_600_000_000  # microseconds
+_BUCKET_BITS = 10  # percentile histogram buckets of 1024 tokens
+_DENSE = 4  # read a rowid run when at most this many rowids per row in range
 
 
 class SqliteStore:
@@ -99,7 +101,7 @@ class SqliteStore:
         return int(n)
 
     def cost_by_tenant(self, start_from: datetime, start_to: datetime) -> dict[str, int]:
-        where, params = _range(start_from, start_to, None)
+        where, params = self._scan(start_from, start_to, None)
         rows = self._read(f"SELECT tenant, SUM(cost_units) FROM requests WHERE {where} "
                           "AND cost_units IS NOT NULL GROUP BY tenant", params)
         return {tenant: int(units) for tenant, units in rows}
@@ -109,7 +111,7 @@ class SqliteStore:
         UTC hours (any zone with a whole-hour offset), else summed from the requests."""
         lo, hi = to_micros(start_from), to_micros(start_to)
         if lo % _HOUR or hi % _HOUR:
-            where, params = _range(start_from, start_to, tenant)
+            where, params = self._scan(start_from, start_to, tenant)
             return self._read(HOURLY_SQL.format(where=where), params)
         where = "hour >= ? AND hour < ?" + (" AND tenant = ?" if tenant is not None else "")
         return self._read(ROLLUP_SQL.format(where=where),
@@ -117,19 +119,54 @@ class SqliteStore:
 
     def input_side_percentiles(self, start_from: datetime, start_to: datetime, tenant: str | None,
                                percents: Sequence[int]) -> dict[str, list[int]]:
-        """Exact nearest-rank percentiles of input-side tokens per metered request, per tenant."""
-        where, params = _range(start_from, start_to, tenant)
-        ranks = " OR ".join(f"rn = (n * {int(p)} + 99) / 100" for p in percents)
-        sql = (f"SELECT tenant, rn, n, t FROM (SELECT tenant, {INPUT_SIDE} AS t, "
-               f"ROW_NUMBER() OVER (PARTITION BY tenant ORDER BY {INPUT_SIDE}) AS rn, "
-               f"COUNT(*) OVER (PARTITION BY tenant) AS n FROM requests "
-               f"WHERE {where} AND endpoint IN ({METERED_SQL})) WHERE {ranks}")
-        found: dict[tuple[str, int], int] = {}
-        counts: dict[str, int] = {}
-        for t, rn, n, value in self._read(sql, params):
-            found[(t, rn)] = int(value)
-            counts[t] = n
-        return {t: [found[(t, (n * int(p) + 99) // 100)] for p in percents] for t, n in counts.items()}
+        """Exact nearest-rank percentiles of input-side tokens per metered request, per tenant.
+
+        Sorting a month of rows is what made this slow, so it takes two scans instead: a
+        histogram of 1024-token buckets finds the bucket that holds each rank, then the
+        distinct values inside those buckets alone are counted. Both answers are small.
+        """
+        where, params = self._scan(start_from, start_to, tenant)
+        where += f" AND endpoint IN ({METERED_SQL})"
+        histogram: dict[str, list[tuple[int, int]]] = {}
+        for t, bucket, n in self._read(f"SELECT tenant, {INPUT_SIDE} >> {_BUCKET_BITS}, COUNT(*) FROM requests "
+                                       f"WHERE {where} GROUP BY 1, 2 ORDER BY 1, 2", params):
+            histogram.setdefault(t, []).append((int(bucket), int(n)))
+        # For each tenant and percent: (bucket, rank within the bucket), ranks counted from 1.
+        wanted: dict[str, list[tuple[int, int]]] = {}
+        for t, buckets in histogram.items():
+            total = sum(n for _, n in buckets)
+            wanted[t] = [_locate(buckets, (total * int(p) + 99) // 100) for p in percents]
+        if not wanted:
+            return {}
+        cells = sorted({(t, b) for t, spots in wanted.items() for b, _ in spots})
+        pick = " OR ".join(f"(tenant = ? AND {INPUT_SIDE} >> {_BUCKET_BITS} = ?)" for _ in cells)
+        values: dict[tuple[str, int], list[tuple[int, int]]] = {}
+        for t, value, n in self._read(f"SELECT tenant, {INPUT_SIDE}, COUNT(*) FROM requests WHERE {where} "
+                                      f"AND ({pick}) GROUP BY 1, 2 ORDER BY 1, 2",
+                                      (*params, *(x for cell in cells for x in cell))):
+            values.setdefault((t, int(value) >> _BUCKET_BITS), []).append((int(value), int(n)))
+        return {t: [_locate(values[(t, b)], rank)[0] for b, rank in spots] for t, spots in wanted.items()}
+
+    def _scan(self, start_from: datetime, start_to: datetime, tenant: str | None) -> tuple[str, tuple[object, ...]]:
+        """A WHERE clause for reading a long range row by row.
+
+        Rows arrive, and so are numbered, in roughly time order, so a month is a run of
+        rowids: reading that run straight through is several times faster than fetching
+        each row through the start index. The start (and tenant) conditions stay, so the
+        answer is exact whatever the order; when the run is much wider than the rows in
+        range (records imported far out of order), the index is used as before.
+        """
+        where, params = _range(start_from, start_to, None)
+        [(first, last, n)] = self._read(f"SELECT MIN(rowid), MAX(rowid), COUNT(*) FROM requests WHERE {where}",
+                                        params)
+        if not n or last - first + 1 > _DENSE * n:
+            return _range(start_from, start_to, tenant)
+        # The unary + keeps SQLite from choosing an index on these columns over the rowid run.
+        where = "rowid BETWEEN ? AND ? AND +start >= ? AND +start < ?"
+        params = (first, last, *params)
+        if tenant is not None:
+            where, params = where + " AND +tenant = ?", (*params, tenant)
+        return where, params
 
     def _read(self, sql: str, params: tuple[object, ...]) -> list[tuple[Any, ...]]:
         """One read on its own connection; every failure surfaces as StoreUnavailable."""
@@ -164,6 +201,15 @@ class SqliteWriter:
     def close(self) -> None:
         with contextlib.suppress(sqlite3.Error):  # a broken connection has nothing left to save
             self.con.close()
+
+
+def _locate(counts: Sequence[tuple[int, int]], rank: int) -> tuple[int, int]:
+    """The (key, rank within key) of the rank-th item, counting from 1, in sorted (key, count) pairs."""
+    for key, n in counts:
+        if rank <= n:
+            return key, rank
+        rank -= n
+    raise ValueError("rank beyond the counts")
 
 
 def _range(start_from: datetime, start_to: datetime, tenant: str | None) -> tuple[str, tuple[object, ...]]:

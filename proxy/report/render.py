@@ -10,7 +10,8 @@ from typing import Any
 
 TOKEN_COLS = ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens", "reasoning_tokens")
 CSV_SECTIONS = (("totals", None), ("by_model", "by_model"), ("by_tenant", "by_tenant"), ("by_tag", "by_tag"),
-                ("by_workload", "by_workload"), ("daily", "daily"), ("hourly", "hourly_profile"))
+                ("by_workload", "by_workload"), ("by_tag_workload", "by_tag_workload"),
+                ("daily", "daily"), ("hourly", "hourly_profile"))
 
 
 def render(report: dict[str, Any], fmt: str) -> str:
@@ -68,15 +69,19 @@ def markdown(r: dict[str, Any]) -> str:
                                       [[*(_n(t[c]) for c in TOKEN_COLS), _money(t["cost_usd"])]]), ""]
 
     def section(title: str, key: str, names: list[str]) -> None:
+        hits = bool(r[key]) and "cache_hit_rate" in r[key][0]
         rows = [[str(x[n]) for n in names] + [_n(x["requests"]), *(_n(x[c]) for c in TOKEN_COLS[:4]),
-                                               _money(x["cost_usd"]), f"{x['cost_share']:.1%}"] for x in r[key]]
+                                               _money(x["cost_usd"]), f"{x['cost_share']:.1%}",
+                                               *([f"{x['cache_hit_rate']:.1%}"] if hits else [])] for x in r[key]]
         parts.extend([f"## {title}", "", _table([*names, "requests", "input", "cache read", "cache write",
-                                                 "output", "cost", "share"], rows), ""])
+                                                 "output", "cost", "share", *(["cache hits"] if hits else [])],
+                                                rows), ""])
 
     section("By model and tier", "by_model", ["model", "tier", "upstream"])
     section("By tenant", "by_tenant", ["tenant", "input_tokens_p50", "input_tokens_p95"])
     section("By tag", "by_tag", ["tag"])
     section("By workload", "by_workload", ["workload", "min_input_tokens"])
+    section("By tag and workload", "by_tag_workload", ["tag", "workload"])
     parts += [r["workload_summary"], ""]
     parts += ["## Daily", "", _table(["date", "requests", "input", "cache read", "output", "cost"], [
         [d["date"], _n(d["requests"]), _n(d["input_tokens"]), _n(d["cache_read_tokens"]), _n(d["output_tokens"]),

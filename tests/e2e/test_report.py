@@ -77,8 +77,8 @@ def test_worked_example_and_what_ifs_exactly(fake: FakeUpstream, serve: Any) -> 
     md = report(proxy)
     assert "$674.00" in md and "## Self-hosting" in md
     rows = list(csv.DictReader(io.StringIO(report(proxy, "--format", "csv"))))
-    assert {x["section"] for x in rows} == {"totals", "by_model", "by_tenant", "by_tag", "by_workload", "daily",
-                                            "hourly"}
+    assert {x["section"] for x in rows} == {"totals", "by_model", "by_tenant", "by_tag", "by_workload",
+                                            "by_tag_workload", "daily", "hourly"}
     assert [x["cost_usd"] for x in rows if x["section"] == "totals"] == ["674"]
 
 

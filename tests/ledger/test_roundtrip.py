@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import sqlite3
 from dataclasses import fields
 from datetime import UTC, datetime, timedelta, timezone
@@ -165,6 +166,42 @@ def test_input_side_percentiles_are_exact_nearest_rank(db_url: str, ledgers: lis
     got = ledger.store.input_side_percentiles(*EVER, None, (50, 95, 100))
     assert got == {"a": [50, 95, 100], "b": [7, 7, 7]}
     assert ledger.store.input_side_percentiles(*EVER, "b", (50,)) == {"b": [7]}
+
+
+@pytest.mark.parametrize("in_time_order", [True, False])
+def test_percentiles_across_buckets_and_arrival_orders(db_url: str, ledgers: list[Ledger],
+                                                      in_time_order: bool) -> None:
+    """Sizes spread over many 1024-token buckets, ties included; rows written in time order
+    (read as one rowid run) or shuffled (read through the index); a range that cuts the
+    month. The answers must equal nearest-rank computed here from the records."""
+    rng = random.Random(7)
+    records = [full_record(i, start=T0 + timedelta(minutes=i), tenant=rng.choice("ab"),
+                           input_tokens=rng.choice((rng.randrange(1, 300_000), 4096, 1024)),
+                           cache_read_tokens=0, cache_write_tokens=rng.randrange(0, 3)) for i in range(3000)]
+    if not in_time_order:
+        rng.shuffle(records)
+    ledger = Ledger(db_url)
+    ledgers.append(ledger)
+    ledger.start()
+    for r in records:
+        ledger.append(r)
+    assert ledger.flush(10)
+    percents = (1, 50, 95, 99, 100)
+
+    def nearest_rank(tenant: str, lo: datetime, hi: datetime) -> list[int]:
+        sizes = sorted(r.input_tokens + r.cache_write_tokens for r in records
+                       if r.tenant == tenant and lo <= r.start < hi)
+        return [sizes[(len(sizes) * p + 99) // 100 - 1] for p in percents]
+
+    # Most of the rows, then a tenth of them (shuffled, that one is read through the index).
+    for lo, hi in ((T0 + timedelta(minutes=100), T0 + timedelta(minutes=2500)),
+                   (T0 + timedelta(minutes=1000), T0 + timedelta(minutes=1300))):
+        assert ledger.store.input_side_percentiles(lo, hi, None, percents) == {
+            t: nearest_rank(t, lo, hi) for t in "ab"}
+        assert ledger.store.input_side_percentiles(lo, hi, "b", percents) == {"b": nearest_rank("b", lo, hi)}
+    assert ledger.store.input_side_percentiles(T0 - timedelta(days=1), T0, None, percents) == {}
+    assert ledger.store.cost_by_tenant(lo, hi) == {
+        t: sum(r.cost_units or 0 for r in records if r.tenant == t and lo <= r.start < hi) for t in "ab"}
 
 
 def scan(store: SqliteStore, lo: datetime, hi: datetime, tenant: str | None) -> list[tuple[object, ...]]:
