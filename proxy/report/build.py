@@ -15,7 +15,7 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from pricing import PriceBook, cost, format_usd
+from pricing import PriceBook, format_usd, unit_price
 from proxy.ledger.store import Store
 from proxy.settings import SelfHost
 
@@ -154,7 +154,8 @@ def build_report(store: Store, inp: ReportInput) -> dict[str, Any]:
     report["forecast"] = _forecast(total, start, end, inp.now)
     report["what_if"] = _what_if(groups, inp)
     if inp.reprice_at is not None:
-        units = sum(_priced(inp.book, g, g.tier, inp.reprice_at) for g in groups)
+        priced = _Repricer(inp.book)
+        units = sum(priced(g, g.tier, inp.reprice_at) for g in groups)
         report["reprice"] = {"at": inp.reprice_at.astimezone(UTC).isoformat().replace("+00:00", "Z"),
                              "cost_usd": _usd(units)}
     report["self_hosting"] = _self_hosting(groups, inp, start, end)
@@ -252,25 +253,43 @@ def _forecast(total: _Sums, start: datetime, end: datetime, now: datetime) -> di
             "method": f"run-rate: {elapsed:.2f} of {days:.0f} days elapsed, totals so far x {float(factor):.3f}"}
 
 
-def _priced(book: PriceBook, g: _Group, tier: str, at: datetime, fold_cache: bool = False) -> int:
-    if g.unpriced_model or not g.metered:
-        return 0
-    found = book.resolve(g.model, tier or "standard", at, upstream=g.upstream or None)
-    if found is None:
-        return 0
-    if fold_cache:  # as if nothing were cached: cache tokens billed as input
-        return cost(found.price, g.input_side, 0, 0, g.output_tokens).total
-    return cost(found.price, g.input_tokens, g.cache_read_tokens, g.cache_write_tokens, g.output_tokens).total
+class _Repricer:
+    """Prices groups with the tables in force at a given time, one lookup per distinct key.
+
+    A cost is a token count times an integer unit price per token, so pricing the month's
+    few thousand groups needs only the few distinct (model, tier, upstream, hour) prices.
+    """
+
+    def __init__(self, book: PriceBook) -> None:
+        self.book = book
+        self._units: dict[tuple[str, str, str, datetime], tuple[int, int, int, int] | None] = {}
+
+    def __call__(self, g: _Group, tier: str, at: datetime, fold_cache: bool = False) -> int:
+        if g.unpriced_model or not g.metered:
+            return 0
+        key = (g.model, tier or "standard", g.upstream, at)
+        if key not in self._units:
+            found = self.book.resolve(g.model, tier or "standard", at, upstream=g.upstream or None)
+            self._units[key] = None if found is None else (
+                unit_price(found.price.input), unit_price(found.price.cache_read),
+                unit_price(found.price.cache_write), unit_price(found.price.output))
+        units = self._units[key]
+        if units is None:
+            return 0
+        pi, pr, pw, po = units
+        if fold_cache:  # as if nothing were cached: cache tokens billed as input
+            return g.input_side * pi + g.output_tokens * po
+        return g.input_tokens * pi + g.cache_read_tokens * pr + g.cache_write_tokens * pw + g.output_tokens * po
 
 
 def _what_if(groups: list[_Group], inp: ReportInput) -> dict[str, str]:
     api = [g for g in groups if g.upstream not in inp.self_hosted_upstreams]
-    book = inp.book
+    priced = _Repricer(inp.book)
+    fastest = {m: "highspeed" if "highspeed" in inp.book.tiers(m) else "standard" for m in {g.model for g in api}}
     # Each group is repriced with the tables in force at its own hour.
-    standard = sum(_priced(book, g, "standard", g.hour) for g in api)
-    highspeed = sum(_priced(book, g, "highspeed" if "highspeed" in book.tiers(g.model) else "standard", g.hour)
-                    for g in api)
-    no_cache = sum(_priced(book, g, g.tier, g.hour, fold_cache=True) for g in api)
+    standard = sum(priced(g, "standard", g.hour) for g in api)
+    highspeed = sum(priced(g, fastest[g.model], g.hour) for g in api)
+    no_cache = sum(priced(g, g.tier, g.hour, fold_cache=True) for g in api)
     return {"all_standard_usd": _usd(standard), "all_highspeed_usd": _usd(highspeed),
             "without_cache_usd": _usd(no_cache)}
 
