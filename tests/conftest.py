@@ -14,6 +14,7 @@ from tests.fake_upstream import FakeUpstream
 from tests.serve import Served
 
 DATA = Path(__file__).parent / "data"
+pytest_plugins = ("tests.pg",)  # pg_cluster, pg_url, ledger_db: a real PostgreSQL for the tests
 
 
 @pytest.fixture

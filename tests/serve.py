@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 from prometheus_client.parser import text_string_to_metric_families
+from psycopg.rows import dict_row
 
 
 def free_port() -> int:
@@ -25,18 +27,19 @@ def free_port() -> int:
 
 
 class Served:
-    """One llmmeter process; `db` is its SQLite ledger file."""
+    """One llmmeter process; `db_url` is its ledger: `db`, its own SQLite file, unless given one."""
 
     def __init__(self, tmp: Path, upstream: str | None = None, config: str | None = None,
-                 env: Mapping[str, str] | None = None, args: tuple[str, ...] = ()) -> None:
+                 env: Mapping[str, str] | None = None, args: tuple[str, ...] = (), db: str | None = None) -> None:
         self.tmp = tmp
         self.db = tmp / "ledger.db"
+        self.db_url = db or f"sqlite:///{self.db}"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.base_url = self.url + "/v1"
         self.log = tmp / f"serve-{self.port}.log"
         cmd = [sys.executable, "-m", "proxy", "serve", "--port", str(self.port),
-               "--db", f"sqlite:///{self.db}", *args]
+               "--db", self.db_url, *args]
         if upstream:
             cmd += ["--upstream", upstream]
         if config is not None:
@@ -104,11 +107,15 @@ class Served:
         return total
 
     def rows(self, timeout: float = 10, expect: int | None = None) -> list[dict[str, Any]]:
-        """Ledger rows from the SQLite file, waiting for the importer to catch up."""
+        """Ledger rows from the database, waiting for the importer to catch up."""
         deadline = time.monotonic() + timeout
         rows: list[dict[str, Any]] = []
         while time.monotonic() < deadline:
-            if self.db.exists():
+            if self.db_url.startswith("postgresql://"):
+                rows = pg_rows(self.db_url)
+                if expect is None or len(rows) >= expect:
+                    return rows
+            elif self.db.exists():
                 con = sqlite3.connect(self.db, timeout=5)
                 con.row_factory = sqlite3.Row
                 try:
@@ -125,3 +132,12 @@ class Served:
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "proxy", *args], env=self.env, cwd=self.tmp,
                               capture_output=True, text=True, timeout=60)
+
+
+def pg_rows(url: str) -> list[dict[str, Any]]:
+    """`SELECT * FROM requests` of a PostgreSQL ledger as dicts, [] before its first migration."""
+    with psycopg.connect(url, row_factory=dict_row) as con:
+        try:
+            return con.execute('SELECT * FROM requests ORDER BY start, id COLLATE "C"').fetchall()
+        except psycopg.errors.UndefinedTable:
+            return []

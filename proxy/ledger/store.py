@@ -1,8 +1,8 @@
 """What the ledger needs from a database, and the one place a URL picks the backend.
 
 A backend has a migrate step, a per-thread writer that inserts batches idempotently on
-the primary key, and read queries that stream. SQLite is here; PostgreSQL is meant to
-sit beside it behind the same two protocols.
+the primary key, and read queries that stream. SQLite (sqlite.py) and PostgreSQL
+(postgres.py) sit side by side behind the same two protocols.
 """
 
 from __future__ import annotations
@@ -68,18 +68,19 @@ class Store(Protocol):
 
 # The report aggregates in the database: one row per UTC hour and attribution key, so
 # its memory follows the number of distinct keys, never the number of requests.
+# Portable SQL (SQLite and PostgreSQL): truth values as CASE 0/1, never summed booleans.
 METERED_SQL = "'chat', 'completions', 'embeddings', 'responses', 'messages'"
 INPUT_SIDE = "(input_tokens + cache_read_tokens + cache_write_tokens)"
 HOURLY_SQL = f"""
 SELECT start / 3600000000 AS hour,
-       COALESCE(model, model_requested, '') AS model, model IS NULL AS unpriced_model,
+       COALESCE(model, model_requested, '') AS model, CASE WHEN model IS NULL THEN 1 ELSE 0 END AS unpriced_model,
        COALESCE(tier, '') AS tier, upstream, tenant, COALESCE(tag, '') AS tag, COALESCE(workload, '') AS workload,
-       endpoint IN ({METERED_SQL}) AS metered,
+       CASE WHEN endpoint IN ({METERED_SQL}) THEN 1 ELSE 0 END AS metered,
        COUNT(*) AS requests,
        SUM(input_tokens), SUM(cache_read_tokens), SUM(cache_write_tokens), SUM(output_tokens),
        COALESCE(SUM(reasoning_tokens), 0),
-       SUM(usage_source = 'estimated'),
-       SUM(cost_units IS NULL AND outcome != 'rejected' AND endpoint IN ({METERED_SQL})),
+       SUM(CASE WHEN usage_source = 'estimated' THEN 1 ELSE 0 END),
+       SUM(CASE WHEN cost_units IS NULL AND outcome != 'rejected' AND endpoint IN ({METERED_SQL}) THEN 1 ELSE 0 END),
        COALESCE(SUM(cost_units), 0)
 FROM requests WHERE {{where}}
 GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9
@@ -94,10 +95,23 @@ FROM hourly_rollup WHERE {where}
 
 
 def open_store(url: str, busy_timeout_s: float = 5.0) -> Store:
-    """`sqlite:///rel.db`, `sqlite:////abs.db` or a plain path; PostgreSQL is not built yet."""
+    """`sqlite:///rel.db`, `sqlite:////abs.db` or a plain path; or `postgresql://user@host/db`.
+
+    Nothing connects here: a database that is down surfaces later, as StoreUnavailable.
+    """
+    if is_postgresql(url):
+        from proxy.ledger.postgres import PostgresStore
+
+        return PostgresStore(url, busy_timeout_s)
     from proxy.ledger.sqlite import SqliteStore
 
     return SqliteStore(sqlite_path(url), busy_timeout_s)
+
+
+def is_postgresql(url: str) -> bool:
+    scheme, sep, _ = url.partition("://")
+    scheme = scheme.lower()
+    return bool(sep) and (scheme in ("postgresql", "postgres") or scheme.startswith("postgresql+"))
 
 
 def sqlite_path(url: str) -> Path:
@@ -107,10 +121,9 @@ def sqlite_path(url: str) -> Path:
             raise ValueError("ledger URL is empty")
         return Path(url)
     scheme = scheme.lower()
-    if scheme in ("postgresql", "postgres") or scheme.startswith("postgresql+"):
-        raise ValueError("PostgreSQL ledger: not in this build (use sqlite:///path/to/llmmeter.db)")
     if scheme != "sqlite":
-        raise ValueError(f"unsupported ledger URL scheme {scheme!r} (use sqlite:///path/to/llmmeter.db)")
+        raise ValueError(f"unsupported ledger URL scheme {scheme!r} "
+                         "(use sqlite:///path/to/llmmeter.db or postgresql://user@host/db)")
     if not rest.startswith("/"):
         raise ValueError(f"ledger URL {url!r} needs three slashes: sqlite:///relative.db or sqlite:////abs.db")
     path = rest[1:].split("?", 1)[0]

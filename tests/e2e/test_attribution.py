@@ -21,8 +21,8 @@ EDGES = [(4095, "short"), (4096, "medium"), (32767, "medium"), (32768, "long"),
          (131071, "long"), (131072, "very_long")]
 
 
-def test_workload_edges_and_tags(fake: FakeUpstream, serve: Any) -> None:
-    proxy = serve(upstream=fake.base_url, config='[[tag]]\nname = "rag-search"\n')
+def test_workload_edges_and_tags(fake: FakeUpstream, serve: Any, ledger_db: str | None) -> None:
+    proxy = serve(upstream=fake.base_url, config='[[tag]]\nname = "rag-search"\n', db=ledger_db)
     client = OpenAI(base_url=proxy.base_url, api_key="k", max_retries=0)
     tags = ["rag-search", None, "Unknown tag;x", "rag-search", None, "rag-search"]
     for (tokens, _), tag in zip(EDGES, tags, strict=True):
@@ -37,7 +37,7 @@ def test_workload_edges_and_tags(fake: FakeUpstream, serve: Any) -> None:
     assert [(r["input_tokens"] + r["cache_read_tokens"], r["workload"]) for r in rows] == EDGES
     assert [r["tag"] for r in rows] == ["rag-search", None, "Unknown_tag_x", "rag-search", None,
                                         "rag-search"]
-    export = proxy.cli("export", "--from", "2020-01-01", "--to", "2100-01-01", "--db", f"sqlite:///{proxy.db}")
+    export = proxy.cli("export", "--from", "2020-01-01", "--to", "2100-01-01", "--db", proxy.db_url)
     lines = list(csv.DictReader(io.StringIO(export.stdout)))
     assert [(x["tag"], x["workload"]) for x in lines] == [(r["tag"] or "", r["workload"]) for r in rows]
 
@@ -85,10 +85,11 @@ def workload_of(side: int) -> str:
     return "very_long"
 
 
-def test_report_by_tag_workload_and_tenant_in_every_format(fake: FakeUpstream, serve: Any) -> None:
+def test_report_by_tag_workload_and_tenant_in_every_format(fake: FakeUpstream, serve: Any,
+                                                           ledger_db: str | None) -> None:
     tenants = "".join(f'[[tenant]]\nname = "{t}"\nkey_sha256 = ["{hashlib.sha256(k.encode()).hexdigest()}"]\n'
                       for t, k in KEYS.items())
-    proxy = serve(upstream=fake.base_url, config='[[tag]]\nname = "rag-search"\n' + tenants)
+    proxy = serve(upstream=fake.base_url, config='[[tag]]\nname = "rag-search"\n' + tenants, db=ledger_db)
     for tenant, tag, side, cached, completion in TRAFFIC:
         client = OpenAI(base_url=proxy.base_url, api_key=KEYS[tenant], max_retries=0,
                         default_headers={"x-llmmeter-tag": tag} if tag else None)

@@ -100,7 +100,7 @@ def test_chat_tokens_and_cost_are_exact(fake: FakeUpstream, serve: Any, model: s
         assert proxy.metric("llmmeter_reasoning_tokens_total", model=model) == reasoning
 
     export = proxy.cli("export", "--from", "2020-01-01", "--to", "2100-01-01", "--format", "csv",
-                       "--db", f"sqlite:///{proxy.db}")
+                       "--db", proxy.db_url)
     assert export.returncode == 0, export.stderr
     [line] = list(csv.DictReader(io.StringIO(export.stdout)))
     assert Decimal(line["cost_usd"]) == usd

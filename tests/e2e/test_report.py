@@ -25,13 +25,13 @@ WORKED = [({"prompt": 100_000_000, "completion": 20_000_000}, "rag-search"),
 
 def report(proxy: Any, *args: str) -> Any:
     month = datetime.now(UTC).strftime("%Y-%m")
-    r = proxy.cli("report", "--month", month, "--db", f"sqlite:///{proxy.db}", *args)
+    r = proxy.cli("report", "--month", month, "--db", proxy.db_url, *args)
     assert r.returncode == 0, r.stderr
     return r.stdout
 
 
-def test_worked_example_and_what_ifs_exactly(fake: FakeUpstream, serve: Any) -> None:
-    proxy = serve(upstream=fake.base_url, config='[[tag]]\nname = "rag-search"\n')
+def test_worked_example_and_what_ifs_exactly(fake: FakeUpstream, serve: Any, ledger_db: str | None) -> None:
+    proxy = serve(upstream=fake.base_url, config='[[tag]]\nname = "rag-search"\n', db=ledger_db)
     client = OpenAI(base_url=proxy.base_url, api_key="k", max_retries=0)
     for usage, tag in WORKED:
         headers = {"x-fake-usage": json.dumps(usage), **({"x-llmmeter-tag": tag} if tag else {})}
@@ -82,15 +82,15 @@ def test_worked_example_and_what_ifs_exactly(fake: FakeUpstream, serve: Any) -> 
     assert [x["cost_usd"] for x in rows if x["section"] == "totals"] == ["674"]
 
 
-def test_empty_month_and_bad_month(serve: Any, fake: FakeUpstream) -> None:
-    proxy = serve(upstream=fake.base_url)
+def test_empty_month_and_bad_month(serve: Any, fake: FakeUpstream, ledger_db: str | None) -> None:
+    proxy = serve(upstream=fake.base_url, db=ledger_db)
     r = proxy.cli("report", "--month", "2026-02", "--tz", "America/Sao_Paulo", "--format", "json",
-                  "--db", f"sqlite:///{proxy.db}")
+                  "--db", proxy.db_url)
     assert r.returncode == 0, r.stderr
     empty = json.loads(r.stdout)
     assert empty["totals"]["cost_usd"] == "0" and len(empty["daily"]) == 28 and empty["forecast"]["month_complete"]
     assert empty["self_hosting"]["summary"].startswith("No API traffic")
-    bad = proxy.cli("report", "--month", "2026-13", "--db", f"sqlite:///{proxy.db}")
+    bad = proxy.cli("report", "--month", "2026-13", "--db", proxy.db_url)
     assert bad.returncode == 2 and "use YYYY-MM" in bad.stderr
 
 

@@ -1,4 +1,8 @@
-"""Ledger test fixtures: real SQLite files in tmp_path."""
+"""Ledger test fixtures: real SQLite files in tmp_path, and real PostgreSQL databases.
+
+`db_url` runs each test on both backends; `@pytest.mark.sqlite_only` keeps a test that
+reads SQLite's own file or pragmas to SQLite.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +13,27 @@ import pytest
 
 from proxy.ledger import Ledger
 
+BACKENDS = ("sqlite", "postgresql")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "sqlite_only: the test checks SQLite itself; not run on PostgreSQL")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "db_url" in metafunc.fixturenames:
+        only = metafunc.definition.get_closest_marker("sqlite_only")
+        metafunc.parametrize("db_url", BACKENDS[:1] if only else BACKENDS, indirect=True)
+
 
 @pytest.fixture
-def db_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'data' / 'ledger.db'}"
+def db_url(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'data' / 'ledger.db'}"
+    # A PostgreSQL ledger journals under ./data/journal: here the same place as SQLite's.
+    monkeypatch.chdir(tmp_path)
+    url: str = request.getfixturevalue("pg_url")
+    return url
 
 
 @pytest.fixture

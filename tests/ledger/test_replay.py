@@ -32,7 +32,9 @@ _CRASHER = textwrap.dedent("""
 
 def _crash(url: str, n: int, committed: int = 0) -> None:
     root = Path(__file__).resolve().parents[2]
-    subprocess.run([sys.executable, "-c", _CRASHER, url, str(n), str(committed)], check=True, cwd=root,
+    # The test's own working directory: a PostgreSQL ledger journals under it.
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    subprocess.run([sys.executable, "-c", _CRASHER, url, str(n), str(committed)], check=True, env=env,
                    timeout=60)
 
 

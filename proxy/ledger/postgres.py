@@ -1,0 +1,241 @@
+"""The PostgreSQL ledger: one database for several llmmeter replicas, same schema as SQLite.
+
+Each importer thread owns one connection; every read opens its own and streams rows
+through a server-side cursor. Any failure of the server or the connection surfaces as
+StoreUnavailable, so the ledger keeps records in its journal and backlog and retries.
+A record the database refuses for its content (a number beyond BIGINT) is a ValueError
+instead: the importer then stores the batch one record at a time and rejects that one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from proxy.ledger import migrations
+from proxy.ledger.store import (
+    COLUMNS,
+    HOURLY_SQL,
+    INPUT_SIDE,
+    METERED_SQL,
+    ROLLUP_SQL,
+    StoreUnavailable,
+    from_micros,
+    from_row,
+    to_micros,
+    to_row,
+)
+from proxy.record import Record
+
+_COLS = ", ".join(COLUMNS)
+# A batch is copied into a per-connection staging table, then moved with one INSERT, so
+# the rollup trigger (migration 002) runs once per batch and duplicates are skipped.
+_STAGING = "llmmeter_staging"
+_CREATE_STAGING = f"CREATE TEMP TABLE IF NOT EXISTS {_STAGING} (ord INTEGER NOT NULL, LIKE requests) " \
+                  "ON COMMIT DELETE ROWS"
+_COPY = f"COPY {_STAGING} (ord, {_COLS}) FROM STDIN"
+# In id order, so two writers that insert some of the same ids (a replay beside live
+# traffic) wait for each other in one order and never deadlock; of two rows with one id
+# in a batch the first is kept, as in SQLite.
+_MOVE = (f"INSERT INTO requests ({_COLS}) SELECT {_COLS} FROM {_STAGING} ORDER BY id COLLATE \"C\", ord "
+         "ON CONFLICT (id) DO NOTHING")
+# COLLATE "C": ids order by their bytes, as in SQLite, whatever the database's locale.
+_SELECT = f'SELECT {_COLS} FROM requests WHERE {{where}} ORDER BY start, id COLLATE "C"'
+_FETCH = 1024
+_HOUR = 3_600_000_000  # microseconds
+# Migrations from several replicas starting at once take turns on this advisory lock
+# (a constant: the bytes of "llmmeter").
+_MIGRATE_LOCK = int.from_bytes(b"llmmeter", "big")
+_MIGRATIONS_TABLE = ("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
+                     "name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())")
+# SPEC "Settings": the journal of a ledger that is not a file sits under the working directory.
+DEFAULT_JOURNAL_DIR = Path("data/journal")
+
+
+class PostgresStore:
+    def __init__(self, url: str, busy_timeout_s: float = 5.0) -> None:
+        self.safe_url = redact(url)
+        scheme, _, rest = url.partition("://")
+        # `postgresql+psycopg://` (SQLAlchemy's spelling) is the same URL to libpq.
+        url = "postgresql://" + rest if scheme.lower().startswith("postgresql+") else url
+        try:
+            params = conninfo_to_dict(url)
+        except psycopg.Error:
+            # libpq's own message may quote the URL, password and all.
+            raise ValueError(f"ledger URL {self.safe_url!r} is not a PostgreSQL URL libpq accepts") from None
+        # Waiting on a lock longer than SQLite's busy timeout is an outage like SQLite's: retried.
+        lock_ms = max(1, round(busy_timeout_s * 1000))
+        params["options"] = f"{params.get('options') or ''} -c lock_timeout={lock_ms}".strip()
+        params.setdefault("connect_timeout", max(2, math.ceil(busy_timeout_s)))
+        params.setdefault("application_name", "llmmeter")
+        self._conninfo = make_conninfo("", **params)
+
+    def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
+        try:
+            return psycopg.connect(self._conninfo, autocommit=True)
+        except psycopg.Error as e:
+            raise StoreUnavailable(f"{self.safe_url}: {e}") from e
+
+    def default_journal_dir(self) -> Path:
+        return DEFAULT_JOURNAL_DIR.absolute()
+
+    def migrate(self) -> int:
+        con = self._connect()
+        try:
+            with con.transaction():
+                con.execute("SET LOCAL lock_timeout = 0")  # a migration elsewhere may take a while: wait for it
+                con.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATE_LOCK,))
+                con.execute(_MIGRATIONS_TABLE)
+                applied = {v for (v,) in con.execute("SELECT version FROM schema_migrations")}
+                ran = 0
+                for m in migrations.load("postgresql"):
+                    if m.version in applied:
+                        continue
+                    con.execute(m.sql.encode())  # no parameters: the whole file goes as one simple query
+                    con.execute("INSERT INTO schema_migrations (version, name) VALUES (%s, %s)", (m.version, m.name))
+                    ran += 1
+            return ran
+        except psycopg.Error as e:
+            raise StoreUnavailable(f"{self.safe_url}: migration failed: {e}") from e
+        finally:
+            con.close()
+
+    def writer(self) -> PostgresWriter:
+        con = self._connect()
+        try:
+            con.execute(_CREATE_STAGING)
+        except psycopg.Error as e:
+            con.close()
+            raise StoreUnavailable(f"{self.safe_url}: {e}") from e
+        return PostgresWriter(con, self.safe_url)
+
+    def query(self, start_from: datetime, start_to: datetime, tenant: str | None) -> Iterator[Record]:
+        where, params = _range(start_from, start_to, tenant)
+        con = self._connect()
+        try:
+            # A named cursor lives on the server: rows come _FETCH at a time, never the whole range.
+            with con.transaction(), con.cursor(name="llmmeter_rows") as cur:
+                cur.itersize = _FETCH
+                cur.execute(_SELECT.format(where=where), params)
+                for row in cur:
+                    yield from_row(row)
+        except psycopg.Error as e:
+            raise StoreUnavailable(f"{self.safe_url}: {e}") from e
+        finally:
+            con.close()
+
+    def count(self, start_from: datetime, start_to: datetime, tenant: str | None) -> int:
+        where, params = _range(start_from, start_to, tenant)
+        [(n,)] = self._read(f"SELECT COUNT(*) FROM requests WHERE {where}", params)
+        return int(n)
+
+    def cost_by_tenant(self, start_from: datetime, start_to: datetime) -> dict[str, int]:
+        where, params = _range(start_from, start_to, None)
+        rows = self._read(f"SELECT tenant, SUM(cost_units) FROM requests WHERE {where} "
+                          "AND cost_units IS NOT NULL GROUP BY tenant", params)
+        return {tenant: int(units) for tenant, units in rows}
+
+    def hourly(self, start_from: datetime, start_to: datetime, tenant: str | None) -> list[tuple[Any, ...]]:
+        """As SqliteStore.hourly: the range's whole UTC hours from the rollup, its partial first
+        and last hours (half-hour zones) summed from the requests themselves."""
+        lo, hi = to_micros(start_from), to_micros(start_to)
+        first, last = -(-lo // _HOUR) * _HOUR, hi // _HOUR * _HOUR  # whole hours: [first, last)
+        if first >= last:
+            return self._summed(lo, hi, tenant)
+        where = "hour >= %s AND hour < %s" + (" AND tenant = %s" if tenant is not None else "")
+        rows = self._read(ROLLUP_SQL.format(where=where),
+                          (first // _HOUR, last // _HOUR, *((tenant,) if tenant is not None else ())))
+        return self._summed(lo, first, tenant) + rows + self._summed(last, hi, tenant)
+
+    def _summed(self, lo: int, hi: int, tenant: str | None) -> list[tuple[Any, ...]]:
+        """HOURLY_SQL over the requests in [lo, hi) microseconds."""
+        if lo >= hi:
+            return []
+        where, params = _range(from_micros(lo), from_micros(hi), tenant)
+        # SUM over BIGINT is NUMERIC here; the rows are integers, as SQLite gives them.
+        return [tuple(int(v) if isinstance(v, Decimal) else v for v in row)
+                for row in self._read(HOURLY_SQL.format(where=where), params)]
+
+    def input_side_percentiles(self, start_from: datetime, start_to: datetime, tenant: str | None,
+                               percents: Sequence[int]) -> dict[str, list[int]]:
+        """Exact nearest-rank percentiles of input-side tokens per metered request, per tenant.
+
+        percentile_disc(f) returns the row at rank ceil(f × N), which is nearest rank, but f
+        is a float: 0.07 × 100 is 7.000000000000001 and would take rank 8. Asking for the
+        float just below p/100 gives ceil(p × N / 100) exactly for any N below ~10^13.
+        """
+        where, params = _range(start_from, start_to, tenant)
+        fractions = [math.nextafter(int(p) / 100, 0) for p in percents]
+        rows = self._read(f"SELECT tenant, percentile_disc(%s::float8[]) WITHIN GROUP (ORDER BY {INPUT_SIDE}) "
+                          f"FROM requests WHERE {where} AND endpoint IN ({METERED_SQL}) GROUP BY tenant",
+                          (fractions, *params))
+        return {t: [int(v) for v in values] for t, values in rows}
+
+    def _read(self, sql: str, params: tuple[object, ...]) -> list[tuple[Any, ...]]:
+        """One read on its own connection; every failure surfaces as StoreUnavailable."""
+        con = self._connect()
+        try:
+            return con.execute(sql.encode(), params).fetchall()
+        except psycopg.Error as e:
+            raise StoreUnavailable(f"{self.safe_url}: {e}") from e
+        finally:
+            con.close()
+
+
+class PostgresWriter:
+    """The importer thread's connection, with its own staging table."""
+
+    def __init__(self, con: psycopg.Connection[tuple[Any, ...]], safe_url: str) -> None:
+        self.con, self.safe_url = con, safe_url
+
+    def insert_many(self, records: Sequence[Record]) -> int:
+        try:
+            with self.con.transaction(), self.con.cursor() as cur:
+                with cur.copy(_COPY) as copy:
+                    for i, r in enumerate(records):
+                        copy.write_row((i, *_text_safe(to_row(r))))
+                cur.execute(_MOVE)
+                return cur.rowcount
+        except (psycopg.DataError, psycopg.IntegrityError) as e:
+            if self.con.closed:
+                raise StoreUnavailable(f"{self.safe_url}: {e}") from e
+            raise ValueError(f"the database refused a ledger record: {e}") from e
+        except psycopg.Error as e:
+            raise StoreUnavailable(f"{self.safe_url}: {e}") from e
+
+    def close(self) -> None:
+        with contextlib.suppress(psycopg.Error):  # a broken connection has nothing left to save
+            self.con.close()
+
+
+def redact(url: str) -> str:
+    """The URL without its password or query (which may hold one), for messages and logs."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+        user = f"{parts.username}@" if parts.username else ""
+    except ValueError:
+        return f"{url.partition('://')[0]}://…"
+    return f"{parts.scheme}://{user}{host}{port}{parts.path}"
+
+
+def _text_safe(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """PostgreSQL text cannot hold NUL, which a client can put in a model name: store U+FFFD
+    rather than lose the record."""
+    return tuple(v.replace("\x00", "\ufffd") if isinstance(v, str) and "\x00" in v else v for v in row)
+
+
+def _range(start_from: datetime, start_to: datetime, tenant: str | None) -> tuple[str, tuple[object, ...]]:
+    if tenant is None:
+        return "start >= %s AND start < %s", (to_micros(start_from), to_micros(start_to))
+    return "tenant = %s AND start >= %s AND start < %s", (tenant, to_micros(start_from), to_micros(start_to))
