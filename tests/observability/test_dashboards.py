@@ -1,0 +1,174 @@
+"""The Grafana dashboards: current with grafana/build.py, well formed, and typed by Grafana's own schema.
+
+No Grafana server runs here. What can be checked is: every dashboard type-checks against
+npm @grafana/schema with `tsc --noEmit --strict` (a generated .ts file declares the JSON as
+a Dashboard, and each panel as its plugin's panel type), and every query runs on a real
+Prometheus (test_live.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.observability.stack import (
+    CHECK_DIR,
+    DASHBOARD_FILES,
+    GRAFANA_DIR,
+    TSC,
+    Json,
+    dashboards,
+    panels,
+    variables,
+)
+from tests.strict import require
+
+UNITS = {"currencyUSD", "count:tokens", "count:tokens/s", "s", "percentunit", "reqps", "suffix:×", "none",
+         "count:records"}
+
+
+def test_dashboard_files_are_what_build_py_writes() -> None:
+    r = subprocess.run([sys.executable, str(GRAFANA_DIR / "build.py"), "--check"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert [p.name for p in DASHBOARD_FILES] == ["llmmeter-cost.json", "llmmeter-latency.json",
+                                                 "llmmeter-selfhosting.json"]
+
+
+def test_dashboards_have_variables_units_and_descriptions() -> None:
+    boards = dashboards()
+    assert len({d["uid"] for d in boards}) == 3
+    for d in boards:
+        assert d["description"] and d["tags"] == ["llmmeter"]
+        v = variables(d)
+        assert v["datasource"]["type"] == "datasource" and v["datasource"]["query"] == "prometheus"
+        for name in ("tenant", "model", "upstream"):
+            assert v[name]["query"]["query"] == f"label_values(llmmeter_requests_total, {name})"
+            assert v[name]["includeAll"] and v[name]["multi"]
+        used = " ".join(t["expr"] for p in panels(d) for t in p["targets"])
+        for name in v:
+            if name != "datasource":
+                assert f"${name}" in used, f"{d['title']}: ${name} filters nothing"
+        for p in panels(d):
+            where = f"{d['title']} / {p['title']}"
+            assert len(p["description"]) > 30, where
+            assert p["fieldConfig"]["defaults"]["unit"] in UNITS, where
+            assert p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, where
+            assert p["targets"] and all(t["datasource"] == p["datasource"] for t in p["targets"]), where
+
+
+def test_panels_tile_the_grid_without_overlap() -> None:
+    for d in dashboards():
+        ids = [p["id"] for p in d["panels"]]
+        assert len(ids) == len(set(ids))
+        taken: set[tuple[int, int]] = set()
+        for p in d["panels"]:
+            g = p["gridPos"]
+            assert g["x"] >= 0 and g["x"] + g["w"] <= 24, p["title"]
+            cells = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
+            assert not cells & taken, f"{d['title']} / {p['title']} overlaps another panel"
+            taken |= cells
+
+
+def test_cost_dashboard_covers_what_it_promises() -> None:
+    cost, latency, selfhost = dashboards()
+    text = {d["uid"]: json.dumps([t["expr"] for p in panels(d) for t in p["targets"]]) for d in dashboards()}
+    for needle in ("llmmeter:month_to_date_cost_usd", "llmmeter:projected_month_cost_usd", "by (model, tier)",
+                   "by (tenant)", "llmmeter_tokens_total", "cache_saving_usd_per_million",
+                   "llmmeter_price_per_million_usd", "llmmeter_tagged_cost_usd_total"):
+        assert needle in text["llmmeter-cost"], needle
+    for needle in ("time_to_first_token", "request_duration", "proxy_overhead", "by (code)",
+                   "estimated_usage", "llmmeter_ledger_pending_records", "histogram_quantile(0.99"):
+        assert needle in text["llmmeter-latency"], needle
+    for needle in ("[$__interval]", "by_utc_hour", "topk(4", "bottomk(12", "llmmeter_selfhost_node_tokens_per_second",
+                   "llmmeter_selfhost_monthly_cost_usd", "$nodes"):
+        assert needle in text["llmmeter-selfhosting"], needle
+    assert {p["type"] for p in panels(selfhost)} >= {"heatmap", "barchart"}
+    assert [p.get("interval") for p in panels(selfhost) if p["title"] == "Daily tokens"] == ["1d"]
+    assert [p.get("timeFrom") for p in panels(cost) if p["title"] == "Spend today"] == ["now/d"]
+    assert latency["uid"] == "llmmeter-latency"
+
+
+# -- type-checking against @grafana/schema ----------------------------------------------------
+def typecheck(tmp: Path, files: list[Path]) -> subprocess.CompletedProcess[str]:
+    node = shutil.which("node")
+    require(node is not None, "node is not installed (Debian package nodejs)")
+    require(TSC.exists(), f"{TSC} is missing: run `npm ci` in grafana/check (make test does)")
+    assert node is not None
+    out = tmp / "generated"
+    subprocess.run([node, str(CHECK_DIR / "generate.mjs"), "--out", str(out), *map(str, files)], check=True)
+    tsconfig = json.loads((CHECK_DIR / "tsconfig.json").read_text())
+    tsconfig["include"] = [str(out / "*.ts")]
+    (tmp / "tsconfig.json").write_text(json.dumps(tsconfig))
+    return subprocess.run([node, str(TSC), "--noEmit", "--strict", "-p", str(tmp / "tsconfig.json")],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_dashboards_type_check_against_grafana_schema(tmp_path: Path) -> None:
+    r = typecheck(tmp_path, DASHBOARD_FILES)
+    assert r.returncode == 0, r.stdout + r.stderr
+    installed = json.loads((CHECK_DIR / "node_modules" / "@grafana" / "schema" / "package.json").read_text())
+    assert installed["version"] == json.loads((CHECK_DIR / "package.json").read_text())[
+        "devDependencies"]["@grafana/schema"]
+    generated = (tmp_path / "generated" / "llmmeter-cost.ts").read_text()
+    assert "export const dashboard: Dashboard = {" in generated
+    assert re.search(r'export const panel\d+: Panels\["timeseries"\] = \{', generated)
+
+
+def first(d: Json, kind: str) -> Json:
+    return next(p for p in panels(d) if p["type"] == kind)
+
+
+MUTATIONS: dict[str, Callable[[Json], Any]] = {
+    "unknown_top_level_key": lambda d: d.update(refreshh="1m"),
+    "missing_schema_version": lambda d: d.pop("schemaVersion"),
+    "grid_width_as_text": lambda d: first(d, "stat")["gridPos"].update(w="4"),
+    "unknown_color_mode": lambda d: first(d, "timeseries")["fieldConfig"]["defaults"]["color"].update(
+        mode="palette-classicc"),
+    "stat_option_out_of_enum": lambda d: first(d, "stat")["options"].update(colorMode="rainbow"),
+    "legend_without_placement": lambda d: first(d, "timeseries")["options"]["legend"].pop("placement"),
+    "target_without_expr": lambda d: first(d, "bargauge")["targets"][0].pop("expr"),
+    "variable_of_unknown_type": lambda d: d["templating"]["list"][1].update(type="dropdown"),
+}
+
+
+def test_type_check_catches_broken_dashboards(tmp_path: Path) -> None:
+    """The check has teeth: each of these edits makes tsc fail on that file."""
+    cost = json.loads(DASHBOARD_FILES[0].read_text())
+    files = []
+    for name, mutate in MUTATIONS.items():
+        d = copy.deepcopy(cost)
+        mutate(d)
+        path = tmp_path / "broken" / f"{name}.json"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps(d))
+        files.append(path)
+    r = typecheck(tmp_path, files)
+    assert r.returncode != 0
+    failed = set(re.findall(r"generated/(\w+)\.ts\(\d+,\d+\): error TS", r.stdout))
+    assert failed == set(MUTATIONS), r.stdout
+
+
+@pytest.mark.parametrize("name", ["datasources/prometheus.yml", "dashboards/llmmeter.yml"])
+def test_provisioning_files_parse(name: str) -> None:
+    import yaml
+
+    doc = yaml.safe_load((GRAFANA_DIR / "provisioning" / name).read_text())
+    assert doc["apiVersion"] == 1
+    if name.startswith("datasources"):
+        [ds] = doc["datasources"]
+        assert (ds["type"], ds["uid"], ds["url"], ds["isDefault"]) == (
+            "prometheus", "prometheus", "http://prometheus:9090", True)
+        # The dashboards' data source variable starts on it.
+        assert all(variables(d)["datasource"]["current"]["value"] == ds["uid"] for d in dashboards())
+    else:
+        [provider] = doc["providers"]
+        assert provider["type"] == "file" and provider["options"]["path"] == "/etc/grafana/dashboards/llmmeter"

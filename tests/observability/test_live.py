@@ -1,0 +1,245 @@
+"""The live check: real llmmeter, real Prometheus with the repo's rules, every dashboard query run.
+
+A fake upstream (two of them: an API and a self-hosted server) answers mixed traffic from the
+official SDKs — several models, both kimi-k3.1-pro tiers, two tenants with their own keys,
+streams, errors, estimated and unpriced calls. Prometheus scrapes llmmeter every second and
+evaluates prometheus/rules/*.yml; then every PromQL expression of every Grafana panel, every
+template variable query and every rule goes through Prometheus's HTTP API.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import time
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import pytest
+from openai import OpenAI
+
+from pricing import default_tables_dir
+from tests.conftest import DATA
+from tests.fake_upstream import FakeUpstream
+from tests.observability.stack import (
+    Prometheus,
+    PromQLError,
+    Query,
+    builtins_for,
+    dashboards,
+    finite_values,
+    interpolate,
+    panel_queries,
+    rules,
+    variables,
+)
+from tests.serve import Served
+from tests.strict import require
+
+KEYS = {"search-team": "llmm-live-check-search-team-0001", "agents": "llmm-live-check-agents-0002"}
+MSGS: Any = [{"role": "user", "content": "hello there"}]
+RANGE_S = 300
+ALL = {"tenant": ".*", "model": ".*", "upstream": ".*", "nodes": "2"}
+ONE = {"tenant": ["search-team"], "model": ["kimi-k3.1-pro"], "upstream": ["moonshot"], "nodes": "2"}
+
+
+def config(api: FakeUpstream, local: FakeUpstream) -> str:
+    tenants = "".join(
+        f'\n[[tenant]]\nname = "{t}"\nkey_sha256 = ["{hashlib.sha256(k.encode()).hexdigest()}"]\n'
+        + ('monthly_budget_usd = "1000"\n' if t == "search-team" else "")
+        for t, k in KEYS.items())
+    return f"""
+[[upstream]]
+name = "selfhosted"
+base_url = "{local.base_url}"
+models = ["llama-*"]
+self_hosted = true
+
+[[upstream]]
+name = "moonshot"
+base_url = "{api.base_url}"
+api_key_env = "MOONSHOT_API_KEY"
+
+[[tag]]
+name = "rag-search"
+
+[budget]
+monthly_usd = "5000"
+{tenants}"""
+
+
+CALLS_PER_TENANT = 14  # what one drive() sends
+
+
+def usage(**u: int) -> dict[str, str]:
+    return {"x-fake-usage": json.dumps(u)}
+
+
+def drive(proxy: Served, tenant: str, key: str) -> None:
+    """One tenant's share of a wave of traffic."""
+    oa = OpenAI(base_url=proxy.base_url, api_key=key, max_retries=0,
+                default_headers={"X-LLMMeter-Tag": "rag-search" if tenant == "search-team" else "code-agent"})
+    an = anthropic.Anthropic(base_url=proxy.url, api_key=key, max_retries=0)
+    fast = {"x-fake-service-tier": "priority"}
+    # kimi-k3.1-pro, standard and highspeed, plain and streamed, with cache hits.
+    oa.chat.completions.create(model="kimi-k3.1-pro", messages=MSGS,
+                               extra_headers=usage(prompt=6000, cached=4000, completion=300))
+    oa.chat.completions.create(model="kimi-k3.1-pro", messages=MSGS, service_tier="priority",
+                               extra_headers={**fast, **usage(prompt=2000, cached=500, completion=150)})
+    for extra in ({}, fast):
+        tier: Any = {"service_tier": "priority"} if extra else {}
+        list(oa.chat.completions.create(model="kimi-k3.1-pro", messages=MSGS, stream=True, **tier,
+                                        extra_headers={**extra, "x-fake-delay-ms": "3", "x-fake-chunks": "6"}))
+    # Anthropic Messages at the fast speed, streamed, with a cache write.
+    list(an.messages.create(model="kimi-k3.1-pro", max_tokens=100, messages=MSGS, stream=True,
+                            extra_headers={"x-fake-speed": "fast",
+                                           **usage(prompt=3000, cached=1000, cache_write=500, completion=80)}))
+    # Other models: OpenAI Responses with reasoning, the self-hosted llama, embeddings.
+    list(oa.responses.create(model="gpt-test", input="hello", stream=True,
+                             extra_headers=usage(prompt=5000, cached=3000, cache_write=500, completion=700,
+                                                 reasoning=300)))
+    oa.chat.completions.create(model="llama-test", messages=MSGS, extra_headers=usage(prompt=900, completion=120))
+    oa.embeddings.create(model="text-embedding-test", input=["one", "two"])
+    oa.models.list()
+    # What goes wrong: upstream 500 and 429, a broken stream, no usage, an unpriced model.
+    for status, error in (("500", openai.InternalServerError), ("429", openai.RateLimitError)):
+        with pytest.raises(error):
+            oa.chat.completions.create(model="kimi-k3.1-pro", messages=MSGS, extra_headers={"x-fake-status": status})
+    with pytest.raises(openai.APIError):
+        list(oa.chat.completions.create(model="kimi-k3.1-pro", messages=MSGS, stream=True,
+                                        extra_headers={"x-fake-reset-after": "3", "x-fake-chunks": "8"}))
+    oa.chat.completions.create(model="kimi-k3.1-pro", messages=MSGS, extra_headers={"x-fake-no-usage": "1"})
+    oa.chat.completions.create(model="mystery-model-9", messages=MSGS)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, Prometheus]]:
+    """One stack for the module's tests: traffic and the 15 s month-to-date cache take a while."""
+    require(shutil.which("prometheus") is not None, "prometheus is not installed (Debian package prometheus)")
+    tmp = tmp_path_factory.mktemp("live")
+    prices = tmp / "prices"  # the shipped tables and the suite's test models, as the serve fixture has them
+    prices.mkdir()
+    for table in [*default_tables_dir().glob("*.toml"), DATA / "prices" / "test-models.toml"]:
+        shutil.copy(table, prices)
+    (tmp / "llmmeter").mkdir()
+    (tmp / "prometheus").mkdir()
+    with FakeUpstream() as api, FakeUpstream() as local, Served(
+            tmp / "llmmeter", config=config(api, local), env={"MOONSHOT_API_KEY": "sk-live-check-upstream"},
+            args=("--prices", str(prices))) as proxy:
+        prom = Prometheus(tmp / "prometheus", f"127.0.0.1:{proxy.port}").start()
+        try:
+            # Prometheus's service discovery takes a few seconds to hand over the target.
+            wait_for(prom, 'up{job="llmmeter"} == 1', 30)
+            # Two waves, each seen by a scrape, so every counter has a visible increase and a rate.
+            for wave in (1, 2):
+                for tenant, key in KEYS.items():
+                    drive(proxy, tenant, key)
+                httpx.post(proxy.base_url + "/chat/completions", json={"model": "kimi-k3.1-pro", "messages": MSGS},
+                           headers={"authorization": "Bearer llmm-not-a-key"})
+                calls = wave * (2 * CALLS_PER_TENANT + 1)
+                wait_for(prom, f"sum(llmmeter_requests_total) >= {calls}", 30)
+            assert len(proxy.rows(expect=calls)) >= calls
+            # Every recorded series, the month-to-date gauge (it reads the ledger at most every
+            # 15 s) and what is computed from it included.
+            wait_for(prom, 'llmmeter:month_to_date_cost_usd{tenant="agents"} > 0', 40)
+            for record in sorted({r["record"] for _, r in rules() if "record" in r}):
+                wait_for(prom, record, 20)
+            yield proxy, prom
+        finally:
+            prom.stop()
+
+
+def wait_for(prom: Prometheus, expr: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if prom.query(expr):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{expr} stayed empty for {timeout} s")
+
+
+def run(prom: Prometheus, q: Query, values: dict[str, Any], now: float) -> list[float]:
+    """Runs one panel query as Grafana would (instant, or range over the last minutes); its numbers."""
+    expr = interpolate(q.expr, values, builtins_for(q.panel, RANGE_S))
+    if q.instant:
+        return finite_values(prom.query(expr, now))
+    return finite_values(prom.query_range(expr, now - 120, now, 5))
+
+
+def test_every_panel_query_and_rule_runs_on_live_data(stack: tuple[Served, Prometheus]) -> None:
+    _, prom = stack
+    now = time.time()
+
+    # Every rule evaluated without error in Prometheus's own rule manager.
+    loaded = [r for g in prom.api("rules")["groups"] for r in g["rules"]]
+    assert len(loaded) == len(rules())
+    assert [(r["name"], r.get("lastError")) for r in loaded if r["health"] != "ok"] == []
+
+    # Every recording rule's expression returns numbers; every alert expression is valid PromQL.
+    empty_rules = []
+    for file, rule in rules():
+        result = prom.query(rule["expr"], now)
+        if "record" in rule and not finite_values(result):
+            empty_rules.append(f"{file}: {rule['record']}")
+    assert empty_rules == []
+
+    # Template variables: label_values(...) as Grafana asks for them.
+    for d in dashboards():
+        for name, var in variables(d).items():
+            if var["type"] != "query":
+                continue
+            m = re.fullmatch(r"label_values\((\w+), (\w+)\)", var["query"]["query"])
+            assert m, var["query"]
+            found = prom.api(f"label/{m[2]}/values", **{"match[]": m[1]})
+            assert set(found) >= {"tenant": {"search-team", "agents"}, "model": {"kimi-k3.1-pro"},
+                                  "upstream": {"moonshot", "selfhosted"}}[name], (name, found)
+
+    # Every panel query, with everything selected and with one tenant, model and upstream.
+    queries = panel_queries()
+    assert len(queries) >= 60
+    for values in (ALL, ONE):
+        invalid, empty = [], []
+        for q in queries:
+            try:
+                if not run(prom, q, values, now):
+                    empty.append(q.where)
+            except PromQLError as e:
+                invalid.append(f"{q.where}: {e}")
+        assert invalid == []
+        # "Nearly all": with everything selected every panel has data; with one tenant, model and
+        # upstream, only panels about what that selection did not do may be empty.
+        allowed = 0 if values is ALL else len(queries) // 20
+        assert len(empty) <= allowed, (values, empty)
+
+
+def test_dashboards_and_rules_use_only_metrics_llmmeter_exports(stack: tuple[Served, Prometheus]) -> None:
+    proxy, _ = stack
+    exported = {n for n, _ in proxy.metrics()}
+    recorded = {r["record"] for _, r in rules() if "record" in r}
+    text = json.dumps([q.expr for q in panel_queries()] + [r["expr"] for _, r in rules()])
+    used = set(re.findall(r"\bllmmeter_[a-z_]+", text))
+    assert used and used <= exported, used - exported
+    assert set(re.findall(r"\bllmmeter:[a-z0-9_:]+", text)) <= recorded
+
+
+def test_month_to_date_in_prometheus_is_the_ledger(stack: tuple[Served, Prometheus]) -> None:
+    proxy, prom = stack
+    rows = proxy.rows()
+    ledger = {t: sum(Decimal(r["cost_units"] or 0) for r in rows if r["tenant"] == t) / 10**10 for t in KEYS}
+    assert all(v > 0 for v in ledger.values())
+    for tenant, usd in ledger.items():
+        [sample] = prom.query(f'llmmeter:month_to_date_cost_usd{{tenant="{tenant}"}}')
+        assert Decimal(sample["value"][1]).quantize(Decimal("0.000001")) == usd.quantize(Decimal("0.000001"))
+    # Both tiers reached the spend-rate rule, and the budget panel divides by the configured budget.
+    tiers = {s["metric"]["tier"] for s in prom.query('llmmeter:cost_usd_per_hour:rate5m{model="kimi-k3.1-pro"}')}
+    assert tiers == {"standard", "highspeed"}
+    used = {s["metric"]["tenant"]: float(s["value"][1]) for s in prom.query(
+        "llmmeter:month_to_date_cost_usd / on (tenant) (max by (tenant) (llmmeter_monthly_budget_usd) > 0)")}
+    assert set(used) == {"all", "search-team"}
+    assert used["search-team"] == pytest.approx(float(ledger["search-team"]) / 1000)
