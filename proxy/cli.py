@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import logging
 import secrets
@@ -10,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pricing import PriceBook, PriceTableError, check_dir, default_tables_dir, load_dir
@@ -95,22 +96,33 @@ def _settings(args: argparse.Namespace, **flags: object) -> config.Settings:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from proxy.app import create_app
+    from proxy.coalesce import RelayProtocol
 
-    s = _settings(args, host=args.host, port=args.port, upstream=args.upstream, db=args.db,
-                  prices=args.prices, workers=args.workers)
+    flags = dict(host=args.host, port=args.port, upstream=args.upstream, db=args.db, prices=args.prices,
+                 workers=args.workers)
+    s = _settings(args, **flags)
     if not s.upstreams:
         raise ConfigError("no upstream: pass --upstream URL, set LLMMETER_UPSTREAM, or add "
                           "[[upstream]] to llmmeter.toml")
-    if s.workers != 1:
-        raise ConfigError("--workers > 1 is not supported by this build yet; run one process per core "
-                          "behind a load balancer")
+    if s.workers < 1:
+        raise ConfigError("--workers must be at least 1")
     s = config.resolve_api_keys(s)
+    # No X-Forwarded-* rewriting (nothing reads the client address), no per-request middleware.
+    options: dict[str, Any] = dict(host=s.host, port=s.port, loop="uvloop", http=RelayProtocol, lifespan="on",
+                                   access_log=False, server_header=False, date_header=False, log_level="info",
+                                   timeout_keep_alive=75, proxy_headers=False)
+    if s.workers > 1:
+        from proxy import workers
+
+        workers.run(args.config or config.default_config_path(),
+                    {k: v for k, v in flags.items() if v is not None}, s.workers, options)
+        return 0
+    from proxy.app import create_app
+
     logging.getLogger("uvicorn.error").addFilter(_QuietBrokenStreams())
     app = create_app(s)
-    uvicorn.run(app, host=s.host, port=s.port, loop="uvloop", http="httptools", lifespan="on",
-                access_log=False, server_header=False, date_header=False, log_level="info",
-                timeout_keep_alive=75)
+    gc.freeze()  # what start-up built lives as long as the process: keep it out of every collection
+    uvicorn.run(app, **options)
     return 0
 
 

@@ -6,23 +6,28 @@ can grow the series count. Counters are a float view of the exact integer ledger
 
 from __future__ import annotations
 
+import contextlib
+import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from pricing import Cost, PriceBook
 from proxy.record import COST_UNITS_PER_USD, Record
 from proxy.settings import Settings
+from proxy.tally import Buckets, Sum, Tally
 
 OTHER = "other"
 ENDPOINTS = frozenset({"chat", "completions", "embeddings", "responses", "messages", "models", "other"})
 TOKEN_BUCKETS = (16, 64, 256, 1024, 4096, 16384, 32768, 65536, 131072, 262144, 524288, 1048576)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+PENDING_EVERY_S = 0.5
 OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1)
 
 
@@ -42,49 +47,70 @@ class Labels:
         return value if value is not None and value in allowed else OTHER
 
 
+def multiprocess_dir() -> str | None:
+    """Set for `--workers` > 1: every worker's values live in files there (prometheus_client)."""
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+
+
 class Metrics:
     def __init__(self, settings: Settings, book: PriceBook, registry: CollectorRegistry,
                  month_to_date: Callable[[datetime], Mapping[str, int]] | None = None,
                  pending: Callable[[], int] | None = None) -> None:
         self.labels = Labels(settings, book)
-        r = registry
-        self.requests = Counter("llmmeter_requests", "Requests through the proxy",
-                                ["upstream", "endpoint", "model", "tier", "tenant", "code", "outcome"], registry=r)
-        self.tokens = Counter("llmmeter_tokens", "Tokens by billing category",
-                              ["model", "tier", "tenant", "type"], registry=r)
-        self.reasoning = Counter("llmmeter_reasoning_tokens", "Reasoning tokens (a subset of output)",
-                                 ["model", "tier", "tenant"], registry=r)
-        self.cost = Counter("llmmeter_cost_usd", "Cost in USD by billing category",
-                            ["model", "tier", "tenant", "type"], registry=r)
-        self.estimated = Counter("llmmeter_estimated_requests", "Requests whose tokens were estimated",
-                                 ["model"], registry=r)
-        self.unpriced = Counter("llmmeter_unpriced_requests", "Requests with no price entry",
-                                ["model"], registry=r)
-        self.duration = Histogram("llmmeter_request_duration_seconds", "Request duration",
-                                  ["endpoint", "model"], buckets=LATENCY_BUCKETS, registry=r)
-        self.ttft = Histogram("llmmeter_time_to_first_token_seconds", "Time to first token (streams)",
-                              ["model", "tier"], buckets=LATENCY_BUCKETS, registry=r)
-        self.overhead = Histogram("llmmeter_proxy_overhead_seconds", "Time the proxy itself adds",
-                                  ["endpoint"], buckets=OVERHEAD_BUCKETS, registry=r)
+        # With several workers, `registry` (the one /metrics reads) gets a collector that sums
+        # every worker's files; the metrics themselves register on a private one.
+        multiproc = multiprocess_dir() is not None
+        r = CollectorRegistry() if multiproc else registry
+        shared = r if multiproc else None  # per-request families: plain dicts unless shared
+        self.requests = Sum("llmmeter_requests", "Requests through the proxy",
+                            ["upstream", "endpoint", "model", "tier", "tenant", "code", "outcome"], shared)
+        self.tokens = Sum("llmmeter_tokens", "Tokens by billing category", ["model", "tier", "tenant", "type"], shared)
+        self.reasoning = Sum("llmmeter_reasoning_tokens", "Reasoning tokens (a subset of output)",
+                             ["model", "tier", "tenant"], shared)
+        self.cost = Sum("llmmeter_cost_usd", "Cost in USD by billing category", ["model", "tier", "tenant", "type"],
+                        shared)
+        self.estimated = Sum("llmmeter_estimated_requests", "Requests whose tokens were estimated", ["model"], shared)
+        self.unpriced = Sum("llmmeter_unpriced_requests", "Requests with no price entry", ["model"], shared)
+        self.duration = Buckets("llmmeter_request_duration_seconds", "Request duration", ["endpoint", "model"],
+                                LATENCY_BUCKETS, shared)
+        self.ttft = Buckets("llmmeter_time_to_first_token_seconds", "Time to first token (streams)",
+                            ["model", "tier"], LATENCY_BUCKETS, shared)
+        self.overhead = Buckets("llmmeter_proxy_overhead_seconds", "Time the proxy itself adds", ["endpoint"],
+                                OVERHEAD_BUCKETS, shared)
         self.upstream_errors = Counter("llmmeter_upstream_errors", "Upstream failures",
                                        ["upstream", "kind"], registry=r)
-        self.input_tokens = Histogram("llmmeter_request_input_tokens", "Input-side tokens per request",
-                                      ["model"], buckets=TOKEN_BUCKETS, registry=r)
-        self.output_tokens = Histogram("llmmeter_request_output_tokens", "Output tokens per request",
-                                       ["model"], buckets=TOKEN_BUCKETS, registry=r)
-        self.tagged_cost = Counter("llmmeter_tagged_cost_usd", "Cost by tag and workload class",
-                                   ["tag", "workload"], registry=r)
-        budget = Gauge("llmmeter_monthly_budget_usd", "Configured monthly budgets", ["tenant"], registry=r)
+        self.input_tokens = Buckets("llmmeter_request_input_tokens", "Input-side tokens per request", ["model"],
+                                    TOKEN_BUCKETS, shared)
+        self.output_tokens = Buckets("llmmeter_request_output_tokens", "Output tokens per request", ["model"],
+                                     TOKEN_BUCKETS, shared)
+        self.tagged_cost = Sum("llmmeter_tagged_cost_usd", "Cost by tag and workload class", ["tag", "workload"],
+                               shared)
+        # Gauges every worker sets alike: "max" shows the value once, with no pid label.
+        budget = Gauge("llmmeter_monthly_budget_usd", "Configured monthly budgets", ["tenant"], registry=r,
+                       multiprocess_mode="max")
         budget.labels("all").set(float(settings.monthly_budget_usd))
         for t in settings.tenants:
             budget.labels(t.name).set(float(t.monthly_budget_usd))
         Gauge("llmmeter_selfhost_monthly_cost_usd", "Monthly self-hosting cost from [selfhost]",
-              registry=r).set(float(settings.selfhost.monthly_cost_usd()))
+              registry=r, multiprocess_mode="max").set(float(settings.selfhost.monthly_cost_usd()))
         node = Gauge("llmmeter_selfhost_node_tokens_per_second", "Assumed node throughput",
-                     ["phase"], registry=r)
+                     ["phase"], registry=r, multiprocess_mode="max")
         node.labels("prefill").set(settings.selfhost.node_prefill_tokens_per_s)
         node.labels("decode").set(settings.selfhost.node_decode_tokens_per_s)
-        r.register(_Live(book, self.labels, month_to_date, pending))
+        if not multiproc:
+            registry.register(Tally((self.requests, self.tokens, self.reasoning, self.cost, self.estimated,
+                                     self.unpriced, self.duration, self.ttft, self.overhead, self.input_tokens,
+                                     self.output_tokens, self.tagged_cost)))
+        else:
+            from prometheus_client.multiprocess import MultiProcessCollector
+
+            MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+            # The backlog of every worker, not just the one that answers the scrape.
+            gauge = Gauge("llmmeter_ledger_pending_records", "Records journaled but not yet in the database",
+                          registry=r, multiprocess_mode="livesum")
+            if pending is not None:
+                _publish_every(PENDING_EVERY_S, lambda: gauge.set(pending()))
+        registry.register(_Live(book, self.labels, month_to_date, pending, with_pending=not multiproc))
 
     def observe(self, rec: Record, cost: Cost | None, overhead_s: float) -> None:
         """Counts one finished request; called after the record is journaled."""
@@ -93,34 +119,45 @@ class Metrics:
         tier = lb.pick(rec.tier, lb.tiers) if rec.tier else OTHER
         tenant = lb.pick(rec.tenant, lb.tenants)
         endpoint = rec.endpoint if rec.endpoint in ENDPOINTS else OTHER
-        self.requests.labels(lb.pick(rec.upstream, lb.upstreams), endpoint, model, tier, tenant,
-                             str(rec.code), rec.outcome).inc()
-        self.duration.labels(endpoint, model).observe(rec.duration_ms / 1000)
-        self.overhead.labels(endpoint).observe(overhead_s)
+        self.requests.inc((lb.pick(rec.upstream, lb.upstreams), endpoint, model, tier, tenant,
+                           str(rec.code), rec.outcome))
+        self.duration.observe((endpoint, model), rec.duration_ms / 1000)
+        self.overhead.observe((endpoint,), overhead_s)
         if rec.ttft_ms is not None:
-            self.ttft.labels(model, tier).observe(rec.ttft_ms / 1000)
+            self.ttft.observe((model, tier), rec.ttft_ms / 1000)
         if endpoint in ("models", "other"):
             return
         for kind, n in (("input", rec.input_tokens), ("cache_read", rec.cache_read_tokens),
                         ("cache_write", rec.cache_write_tokens), ("output", rec.output_tokens)):
             if n:
-                self.tokens.labels(model, tier, tenant, kind).inc(n)
+                self.tokens.inc((model, tier, tenant, kind), n)
         if rec.reasoning_tokens:
-            self.reasoning.labels(model, tier, tenant).inc(rec.reasoning_tokens)
+            self.reasoning.inc((model, tier, tenant), rec.reasoning_tokens)
         if rec.usage_source == "estimated":
-            self.estimated.labels(model).inc()
-        self.input_tokens.labels(model).observe(rec.input_side_tokens)
-        self.output_tokens.labels(model).observe(rec.output_tokens)
+            self.estimated.inc((model,))
+        self.input_tokens.observe((model,), rec.input_side_tokens)
+        self.output_tokens.observe((model,), rec.output_tokens)
         if cost is None:
             if rec.outcome != "rejected":
-                self.unpriced.labels(model).inc()
+                self.unpriced.inc((model,))
             return
         for kind, units in (("input", cost.input), ("cache_read", cost.cache_read),
                             ("cache_write", cost.cache_write), ("output", cost.output)):
             if units:
-                self.cost.labels(model, tier, tenant, kind).inc(units / COST_UNITS_PER_USD)
-        self.tagged_cost.labels(lb.pick(rec.tag, lb.tags), rec.workload or OTHER).inc(
-            cost.total / COST_UNITS_PER_USD)
+                self.cost.inc((model, tier, tenant, kind), units / COST_UNITS_PER_USD)
+        self.tagged_cost.inc((lb.pick(rec.tag, lb.tags), rec.workload or OTHER), cost.total / COST_UNITS_PER_USD)
+
+
+def _publish_every(interval_s: float, publish: Callable[[], None]) -> None:
+    """A daemon thread that keeps a worker's share of a shared gauge current."""
+
+    def run() -> None:
+        while True:
+            with contextlib.suppress(Exception):  # a failing read must not end the thread
+                publish()
+            time.sleep(interval_s)
+
+    threading.Thread(target=run, name="llmmeter-metrics-publish", daemon=True).start()
 
 
 class _Live(Collector):
@@ -128,9 +165,9 @@ class _Live(Collector):
 
     def __init__(self, book: PriceBook, labels: Labels,
                  month_to_date: Callable[[datetime], Mapping[str, int]] | None,
-                 pending: Callable[[], int] | None) -> None:
+                 pending: Callable[[], int] | None, with_pending: bool = True) -> None:
         self.book, self.lb = book, labels
-        self.month_to_date, self.pending = month_to_date, pending
+        self.month_to_date, self.pending, self.with_pending = month_to_date, pending, with_pending
         self._mtd: tuple[float, Mapping[str, int]] = (0.0, {})
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
@@ -142,10 +179,11 @@ class _Live(Collector):
                 for kind in ("input", "cache_read", "cache_write", "output"):
                     price.add_metric([p.model, p.tier, kind], float(getattr(p, kind)))
         yield price
-        pending = GaugeMetricFamily("llmmeter_ledger_pending_records",
-                                    "Records journaled but not yet in the database")
-        pending.add_metric([], float(self.pending() if self.pending else 0))
-        yield pending
+        if self.with_pending:
+            pending = GaugeMetricFamily("llmmeter_ledger_pending_records",
+                                        "Records journaled but not yet in the database")
+            pending.add_metric([], float(self.pending() if self.pending else 0))
+            yield pending
         mtd = GaugeMetricFamily("llmmeter_month_to_date_cost_usd", "Spend this UTC month, from the ledger",
                                 labels=["tenant"])
         for tenant, units in self._month_to_date(now).items():

@@ -17,17 +17,16 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from datetime import UTC, datetime
 from typing import Any
 
-import aiohttp
 import orjson
-from yarl import URL
 
+from proxy.client import Broken, Response, Unreachable
 from proxy.errors import error_body
 from proxy.meter import METERED, Exchange, Meter, bounded, clean_tag
 from proxy.metrics import Metrics
 from proxy.settings import Settings, Upstream
 from proxy.tap import StreamTap
 from proxy.upstream import Pool, Router, request_headers, response_headers, target_url
-from proxy.usage import Observed, parse_body
+from proxy.usage import Observed, read_body
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -156,26 +155,24 @@ class Relay:
     async def _forward(self, ex: Exchange, up: Upstream, method: str, url: str,
                        headers: list[tuple[str, str]], body: bytes, drop_usage_only: bool,
                        anthropic: bool, receive: Receive, send: Send) -> None:
-        session = self.pool.sessions[up.name]
         task = asyncio.current_task()
         gone = asyncio.Event()
         watcher = asyncio.create_task(_watch_disconnect(receive, gone, task))
         tap: StreamTap | None = None
         recorded = False
-        resp: aiohttp.ClientResponse | None = None
+        resp: Response | None = None
         held: bytes | None = None
         try:
             ex.overhead_s += time.perf_counter() - ex.t0
             try:
-                resp = await session.request(method, URL(url, encoded=True), data=body or None,
-                                             headers=headers, allow_redirects=False)
+                resp = await self.pool.request(method, url, headers, body)
             except TimeoutError:
                 self.metrics.upstream_errors.labels(up.name, "timeout").inc()
                 await self._fail(ex, send, 504, "upstream_timeout", "the upstream did not answer in time",
                                  anthropic)
                 recorded = True
                 return
-            except aiohttp.ClientError as e:
+            except Unreachable as e:
                 self.metrics.upstream_errors.labels(up.name, "unreachable").inc()
                 await self._fail(ex, send, 502, "upstream_unreachable",
                                  f"the upstream could not be reached ({type(e).__name__})", anthropic)
@@ -183,14 +180,14 @@ class Relay:
                 return
             t_mark = time.perf_counter()
             ex.code = resp.status
-            ex.upstream_request_id = resp.headers.get("x-request-id") or resp.headers.get("request-id")
+            ex.upstream_request_id = resp.header(b"x-request-id") or resp.header(b"request-id")
             if resp.status >= 400:
                 ex.outcome = "upstream_http_error"
                 if resp.status >= 500 or resp.status == 429:
                     self.metrics.upstream_errors.labels(up.name, "http_error").inc()
             metered = ex.endpoint in METERED
             is_sse = resp.content_type == "text/event-stream"
-            encoding = resp.headers.get("content-encoding", "").lower()
+            encoding = (resp.header(b"content-encoding") or "").lower()
             decoder = _decoder(encoding) if metered else None
             if metered and encoding not in ("", "identity") and decoder is None:
                 metered = False  # an encoding we cannot read: relay untouched, estimate instead
@@ -200,7 +197,7 @@ class Relay:
                         "headers": response_headers(resp.raw_headers, body_edited=edit)})
             ex.overhead_s += time.perf_counter() - t_mark
             buffered = bytearray()
-            async for chunk in resp.content.iter_any():
+            async for chunk in resp:
                 t_mark = time.perf_counter()
                 if tap is not None:
                     if decoder is None:
@@ -239,8 +236,8 @@ class Relay:
                     data = bytes(buffered)
                     if decoder is not None:
                         data = _decompress_all(encoding, data)
-                    observed, text = parse_body(ex.endpoint, data)
-                    await self._finish(ex, observed, lambda: text)
+                    observed, text = read_body(ex.endpoint, data)
+                    await self._finish(ex, observed, text)
                 else:
                     self.meter.record(ex, Observed(), None, "upstream")
             ex.overhead_s += time.perf_counter() - t_mark
@@ -253,7 +250,7 @@ class Relay:
             if not recorded:
                 recorded = True
                 await self._record_partial(ex, tap)
-        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, TimeoutError) as e:
+        except (Broken, TimeoutError) as e:
             timeout = isinstance(e, TimeoutError)
             kind = "timeout" if timeout else "reset"
             self.metrics.upstream_errors.labels(up.name, kind).inc()
@@ -271,6 +268,9 @@ class Relay:
                     resp.close()  # a half-read or abandoned body: drop the connection
 
     async def _finish(self, ex: Exchange, observed: Observed, text: Callable[[], str]) -> None:
+        if not self.meter.needs_estimate(ex, observed):
+            self.meter.record(ex, observed, observed.usage, "upstream")  # no await: no task to make
+            return
         # Shielded: a client leaving mid-estimate must not cost the record.
         await asyncio.shield(self.meter.finish(ex, observed, text))
 

@@ -9,7 +9,7 @@ is kept raw and read only if it is ever needed (when the upstream reported no us
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from proxy.sse import Block, SSEReader
@@ -46,7 +46,7 @@ class StreamTap:
     """One streamed response: what it reported, and the bytes the client should get."""
 
     __slots__ = (
-        "_anth_delta", "_anth_start", "_bypass", "_consume", "_drop", "_extract", "_id", "_model",
+        "_anth_delta", "_anth_start", "_bypass", "_chatty", "_consume", "_drop", "_extract", "_id", "_model",
         "_raw", "_raw_size", "_reader", "_speed", "_text", "_text_size", "_tier", "_usage",
         "content_started", "done", "endpoint", "error_seen", "faults", "gave_up", "text_truncated",
     )
@@ -70,7 +70,7 @@ class StreamTap:
         self._id: str | None = None
         self._anth_start: dict[str, Any] | None = None
         self._anth_delta: dict[str, Any] | None = None
-        self._raw: list[str] = []  # data of content events, not parsed yet
+        self._raw: list[str | bytes] = []  # data of content events (bytes: whole blocks), not parsed yet
         self._raw_size = 0
         self._text: list[str] = []
         self._text_size = 0
@@ -84,6 +84,7 @@ class StreamTap:
         }
         self._consume = consume.get(endpoint, _ignore)
         self._extract = extract.get(endpoint, _no_text)
+        self._chatty = chat
 
     # -- bytes in, bytes out -------------------------------------------------------------
 
@@ -91,6 +92,18 @@ class StreamTap:
         """Consume one upstream chunk; return what the client should get now."""
         if self._bypass:
             return chunk
+        if self._chatty and not self._reader.pending:
+            cut = _quiet_prefix(chunk)
+            if cut == len(chunk):
+                return self._feed_quiet(chunk)
+            if cut:  # a burst: its quiet blocks, then the rest (the usage report, [DONE]) read block by block
+                self._feed_quiet(chunk[:cut])
+                tail = chunk[cut:]
+                out = self._feed_blocks(tail)
+                return chunk if out is tail else chunk[:cut] + out
+        return self._feed_blocks(chunk)
+
+    def _feed_blocks(self, chunk: bytes) -> bytes:
         held = self._reader.pending
         blocks = self._reader.feed(chunk)
         if not self._drop:
@@ -111,6 +124,22 @@ class StreamTap:
         elif not dropped and not held and not self._reader.pending:
             return chunk  # block-aligned and nothing removed: forward the chunk itself
         return b"".join(kept)
+
+    def _feed_quiet(self, chunk: bytes) -> bytes:
+        """A chat chunk of whole blocks that reports no usage or error and does not end the
+        stream: once content has started, none of its events needs reading now, nor splitting."""
+        rest = chunk
+        while rest and not self.content_started:  # the blocks before content are read one by one
+            end = rest.find(b"\n\n") + 2
+            for b in self._reader.feed(rest[:end]):
+                self._on(b)  # cannot ask for a removal: only a usage report is removed
+            rest = rest[end:]
+        if rest and not self.text_truncated:
+            self._raw.append(rest)
+            self._raw_size += len(rest)
+            if self._raw_size > RAW_BUDGET:
+                self._boil_down()
+        return chunk
 
     def finish(self) -> bytes:
         """At upstream EOF: whatever is still held back (an unfinished block goes as it is)."""
@@ -277,7 +306,7 @@ class StreamTap:
         """Turn the kept raw events into text, within TEXT_CAP."""
         raw, self._raw, self._raw_size = self._raw, [], 0
         out: list[str] = []
-        for data in raw:
+        for data in _event_data(raw):
             obj = loads(data)
             if isinstance(obj, dict):
                 try:
@@ -294,6 +323,42 @@ class StreamTap:
                 return
             self._text.append(piece)
             self._text_size += len(piece)
+
+
+def _quiet_prefix(chunk: bytes) -> int:
+    """How many leading bytes of a chat chunk are whole blocks in which no event can report
+    usage or an error or end the stream (no CR line ends, no event names either). Inside a
+    JSON string a quote is escaped, so a `"usage"` found in the bytes is a key."""
+    if b"\r" in chunk or b"event:" in chunk:
+        return 0
+    first = len(chunk)  # where the first event that may report something is
+    done = chunk.find(b"[DONE]")
+    if done != -1:
+        first = done
+    for key in (b'"usage"', b'"error"'):
+        n = chunk.count(key)
+        if n and n != chunk.count(key + b":null") + chunk.count(key + b": null"):
+            at = chunk.find(key)
+            while at != -1 and at < first:
+                if not (chunk.startswith(key + b":null", at) or chunk.startswith(key + b": null", at)):
+                    first = at
+                    break
+                at = chunk.find(key, at + 1)
+    if first == len(chunk) and chunk.endswith(b"\n\n"):
+        return first
+    end = chunk.rfind(b"\n\n", 0, first)
+    return 0 if end == -1 else end + 2
+
+
+def _event_data(raw: list[str | bytes]) -> Iterator[str]:
+    """The data of kept events, in order; kept blocks are split again here, when text is needed."""
+    for entry in raw:
+        if isinstance(entry, str):
+            yield entry
+            continue
+        for b in SSEReader().feed(entry):
+            if b.data is not None and b.data[:1] != "[":  # as _chat keeps them
+                yield b.data
 
 
 def _ignore(event: str, data: str) -> bool:

@@ -1,7 +1,8 @@
 """Upstreams: which one serves a model, how its URL and headers are built, its client.
 
-The relay's HTTP client is aiohttp's: on this stack it relayed ~14x faster than httpx
-(SPEC "Design notes"). One pooled keep-alive session per upstream, made at start-up.
+The relay's HTTP client is proxy/client.py's: on this stack it costs a fraction of
+aiohttp's, which was itself ~14x faster than httpx (SPEC "Design notes", README
+"Benchmarks"). Keep-alive connections are pooled per origin.
 """
 
 from __future__ import annotations
@@ -9,8 +10,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterable, Sequence
 
-import aiohttp
-
+from proxy.client import Client, Response
 from proxy.settings import Settings, Upstream
 
 # RFC 9110 7.6.1 hop-by-hop headers, plus the ones the client library recomputes.
@@ -53,10 +53,10 @@ def target_url(up: Upstream, path: str, query: bytes) -> str:
 def request_headers(raw: Iterable[tuple[bytes, bytes]], up: Upstream, *, metered: bool,
                     anthropic: bool, strip_client_auth: bool) -> list[tuple[str, str]]:
     """The client's headers minus hop-by-hop, X-LLMMeter-* and (when needed) its keys."""
-    drop = set(_REQUEST_DROP)
+    drop: frozenset[bytes] | set[bytes] = _REQUEST_DROP
     for name, value in raw:
         if name == b"connection":  # headers the client marked as hop-by-hop too
-            drop.update(v.strip().lower().encode() for v in value.decode("latin-1").split(","))
+            drop = set(drop) | {v.strip().lower().encode() for v in value.decode("latin-1").split(",")}
     replace_auth = up.api_key is not None or strip_client_auth
     out: list[tuple[str, str]] = []
     for name, value in raw:
@@ -89,26 +89,20 @@ def response_headers(raw: Iterable[tuple[bytes, bytes]], *, body_edited: bool) -
 
 
 class Pool:
-    """One keep-alive aiohttp session per upstream, owned by the app's lifespan."""
+    """The upstream client, keep-alive connections per origin, owned by the app's lifespan."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.sessions: dict[str, aiohttp.ClientSession] = {}
+        self.client: Client | None = None
 
     async def open(self) -> None:
-        s = self.settings
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=s.connect_timeout_s,
-                                        sock_read=s.read_timeout_s)
-        for up in s.upstreams:
-            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=60,
-                                             enable_cleanup_closed=True)
-            self.sessions[up.name] = aiohttp.ClientSession(
-                connector=connector, timeout=timeout, auto_decompress=False,
-                # Transparent relay: send only the client's headers, not aiohttp's defaults.
-                skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept", "Content-Type"),
-                cookie_jar=aiohttp.DummyCookieJar(), trust_env=False)
+        self.client = Client(self.settings.connect_timeout_s, self.settings.read_timeout_s)
+
+    async def request(self, method: str, url: str, headers: list[tuple[str, str]], body: bytes) -> Response:
+        assert self.client is not None, "Pool.open() first"
+        return await self.client.request(method, url, headers, body)
 
     async def close(self) -> None:
-        for session in self.sessions.values():
-            await session.close()
-        self.sessions.clear()
+        if self.client is not None:
+            self.client.close()
+            self.client = None

@@ -173,19 +173,32 @@ def openai_usage(obj: dict[str, Any]) -> Usage | None:
 
 def parse_body(endpoint: str, body: bytes) -> tuple[Observed, str]:
     """Usage and metadata of a whole response, plus its completion text for estimating."""
+    observed, text = read_body(endpoint, body)
+    return observed, text()
+
+
+def read_body(endpoint: str, body: bytes) -> tuple[Observed, Callable[[], str]]:
+    """As parse_body, but the text is read only if asked for: most responses report usage."""
     obj = loads(body)
-    if not isinstance(obj, dict):
-        return Observed(), ""
     reader = _BODIES.get(endpoint)
-    if reader is None:
-        return Observed(), ""
+    if not isinstance(obj, dict) or reader is None:
+        return Observed(), str
+    observe, text = reader
     try:
-        return reader(obj)
+        observed = observe(obj)
     except Exception:  # an odd shape no reader foresaw: metering must never break the relay
-        return Observed(), ""
+        return Observed(), str
+
+    def completion_text() -> str:
+        try:
+            return text(obj)
+        except Exception:
+            return ""
+
+    return observed, completion_text
 
 
-def _chat(obj: dict[str, Any]) -> tuple[Observed, str]:
+def _chat_text(obj: dict[str, Any]) -> str:
     out: list[str] = []
     for c in _dicts(obj.get("choices")):
         msg = c.get("message")
@@ -196,15 +209,19 @@ def _chat(obj: dict[str, Any]) -> tuple[Observed, str]:
                 _strs(out, call.get("function"), ("name", "arguments"))
             _strs(out, msg.get("function_call"), ("name", "arguments"))
         _strs(out, c, ("text",))  # legacy completions
-    return _openai_observed(obj, openai_usage(obj)), "\n".join(out)
+    return "\n".join(out)
 
 
-def _embeddings(obj: dict[str, Any]) -> tuple[Observed, str]:
-    return _openai_observed(obj, openai_usage(obj)), ""
+def _chat_observed(obj: dict[str, Any]) -> Observed:
+    return _openai_observed(obj, openai_usage(obj))
 
 
-def _responses(obj: dict[str, Any]) -> tuple[Observed, str]:
-    return responses_observed(obj), "\n".join(responses_text(obj))
+def _no_text(obj: dict[str, Any]) -> str:
+    return ""
+
+
+def _responses_text(obj: dict[str, Any]) -> str:
+    return "\n".join(responses_text(obj))
 
 
 def responses_observed(resp: dict[str, Any]) -> Observed:
@@ -229,7 +246,7 @@ def responses_text(resp: dict[str, Any]) -> list[str]:
     return out
 
 
-def _messages(obj: dict[str, Any]) -> tuple[Observed, str]:
+def _messages_text(obj: dict[str, Any]) -> str:
     out: list[str] = []
     for block in _dicts(obj.get("content")):
         _strs(out, block, ("text", "thinking"))
@@ -239,7 +256,11 @@ def _messages(obj: dict[str, Any]) -> tuple[Observed, str]:
                 # Nested deeper than orjson writes: lose its text, not the usage.
                 with contextlib.suppress(orjson.JSONEncodeError):
                     out.append(orjson.dumps(block["input"], default=str).decode())
-    return anthropic_observed(obj, Usage.from_anthropic(obj.get("usage"))), "\n".join(out)
+    return "\n".join(out)
+
+
+def _messages_observed(obj: dict[str, Any]) -> Observed:
+    return anthropic_observed(obj, Usage.from_anthropic(obj.get("usage")))
 
 
 def anthropic_observed(msg: dict[str, Any], usage: Usage | None) -> Observed:
@@ -271,10 +292,11 @@ def _parts(out: list[str], content: object) -> None:
         _strs(out, part, ("text",))
 
 
-_BODIES: dict[str, Callable[[dict[str, Any]], tuple[Observed, str]]] = {
-    "chat": _chat,
-    "completions": _chat,
-    "embeddings": _embeddings,
-    "responses": _responses,
-    "messages": _messages,
+# endpoint -> (what the body reports, its completion text)
+_BODIES: dict[str, tuple[Callable[[dict[str, Any]], Observed], Callable[[dict[str, Any]], str]]] = {
+    "chat": (_chat_observed, _chat_text),
+    "completions": (_chat_observed, _chat_text),
+    "embeddings": (_chat_observed, _no_text),
+    "responses": (responses_observed, _responses_text),
+    "messages": (_messages_observed, _messages_text),
 }

@@ -83,8 +83,10 @@ def _words(obj: Any) -> int:
 
 
 class FakeUpstream:
-    def __init__(self, port: int = 0) -> None:
+    def __init__(self, port: int = 0, defaults: dict[str, str] | None = None, record: bool = True) -> None:
         self.port = port
+        self.defaults = {k.lower(): v for k, v in (defaults or {}).items()}  # x-fake-* a request did not send
+        self.record = record  # False for long benchmark runs: `requests` would grow without bound
         self.requests: list[dict[str, Any]] = []
         self.in_flight = 0  # requests being answered now (TCP connections are not visible to ASGI)
         self._released = threading.Event()
@@ -162,13 +164,15 @@ class FakeUpstream:
             if not msg.get("more_body"):
                 break
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        headers = {**self.defaults, **headers} if self.defaults else headers
         try:
             parsed = orjson.loads(body) if body else None
         except orjson.JSONDecodeError:
             parsed = None
-        self.requests.append({"method": scope["method"], "path": scope["path"],
-                              "query": scope.get("query_string", b"").decode("latin-1"), "headers": headers,
-                              "json": parsed, "body": bytes(body)})
+        if self.record:
+            self.requests.append({"method": scope["method"], "path": scope["path"],
+                                  "query": scope.get("query_string", b"").decode("latin-1"), "headers": headers,
+                                  "json": parsed, "body": bytes(body)})
         self.in_flight += 1
         exchange = _Exchange(self, scope, headers, parsed, receive, send)
         try:
@@ -501,7 +505,11 @@ class _Exchange:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="fake OpenAI/Anthropic-compatible upstream")
     ap.add_argument("--port", type=int, default=9000)
-    FakeUpstream(ap.parse_args(argv).port).serve_forever()
+    ap.add_argument("--default", action="append", default=[], metavar="HEADER=VALUE",
+                    help="an x-fake-* header applied when a request does not send it (repeatable)")
+    a = ap.parse_args(argv)
+    defaults = dict(d.split("=", 1) for d in a.default)
+    FakeUpstream(a.port, defaults, record=False).serve_forever()
 
 
 if __name__ == "__main__":
