@@ -33,7 +33,7 @@ unit: $(BIN)/.installed-test
 	$(BIN)/pytest
 
 # System parts some tests need; installed only when running as root on Debian.
-SYSTEM_PACKAGES := util-linux chromium cmake build-essential postgresql prometheus docker-compose
+SYSTEM_PACKAGES := util-linux chromium cmake build-essential postgresql prometheus docker-compose openssl
 system-deps:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
