@@ -13,7 +13,7 @@ import os
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -21,6 +21,7 @@ from pricing import Cost, PriceBook, cost
 from proxy.metrics import Metrics
 from proxy.record import Record
 from proxy.settings import Workloads
+from proxy.tap import OUTPUT_UNREPORTED
 from proxy.tokens import Estimator
 from proxy.usage import Observed, Usage
 
@@ -80,9 +81,13 @@ class Meter:
         self.journal, self.metrics = journal, metrics
 
     def needs_estimate(self, ex: Exchange, observed: Observed) -> bool:
-        """Estimate only when tokens were surely spent and the upstream said nothing."""
-        if observed.usage is not None or ex.endpoint not in METERED or ex.request is None:
+        """Estimate only when tokens were surely spent and the upstream said nothing (or, for output,
+        only a placeholder)."""
+        if ex.endpoint not in METERED or ex.request is None:
             return False
+        if observed.usage is not None:
+            # Anthropic's message_start output count is a placeholder: a cut stream's output is counted.
+            return OUTPUT_UNREPORTED in observed.usage.flags
         if ex.outcome in ("client_closed", "upstream_reset", "upstream_timeout"):
             return ex.code != 0 or ex.outcome == "client_closed"
         return 200 <= ex.code < 300
@@ -98,6 +103,9 @@ class Meter:
 
     def _estimate(self, ex: Exchange, observed: Observed, completion_text: Callable[[], str]) -> Usage:
         model = observed.model or ex.model_requested
+        if observed.usage is not None:  # input reported, output not: count only what was relayed
+            output = self.estimator.count_text(model, completion_text())
+            return replace(observed.usage, output_tokens=max(observed.usage.output_tokens, output))
         prompt = self.estimator.prompt_tokens(ex.endpoint, model, ex.request)
         output = 0 if ex.endpoint == "embeddings" else self.estimator.count_text(model, completion_text())
         return Usage(input_tokens=prompt, cache_read_tokens=0, cache_write_tokens=0,

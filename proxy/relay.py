@@ -111,7 +111,9 @@ class Relay:
 
         out_headers = request_headers(headers, up, metered=endpoint in METERED, anthropic=anthropic,
                                       strip_client_auth=bool(self.keys))
-        url = target_url(up, path, scope.get("query_string", b""))
+        # The path as the client encoded it: decoded, %20 or %0D%0A would reach the request line.
+        raw_path: bytes = scope.get("raw_path") or path.encode()
+        url = target_url(up, raw_path.decode("latin-1"), scope.get("query_string", b""))
         await self._forward(ex, up, method, url, out_headers, body, drop_usage_only, anthropic, receive, send)
 
     def _authenticate(self, headers: list[tuple[bytes, bytes]]) -> str | None:

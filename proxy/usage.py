@@ -15,7 +15,9 @@ from typing import Any
 
 import orjson
 
-MAX_TOKENS = 10**12  # beyond any real request: such a count is a bug upstream, not usage
+# A thousand times a 1M-token context window: beyond any real request, such a count is a bug
+# upstream (or garbage), not usage, and would price one record at thousands of dollars.
+MAX_TOKENS = 10**9
 MAX_META = 256  # response metadata kept per record (model, tier, id)
 
 NEGATIVE_CLAMPED = "negative_clamped"
@@ -125,6 +127,9 @@ class Usage:
             nested = u.get("cache_creation")  # per-TTL split; the top-level sum is missing
             a, b = f.get(nested, "ephemeral_5m_input_tokens"), f.get(nested, "ephemeral_1h_input_tokens")
             cache_write = None if a is None and b is None else (a or 0) + (b or 0)
+            if cache_write is not None and cache_write > MAX_TOKENS:  # each part passed, their sum cannot
+                f.flags.append(INVALID_FIELD)
+                cache_write = None
         output = f.get(u, "output_tokens")
         if not f.seen:
             return None

@@ -21,6 +21,8 @@ Request headers steer it (all optional; flags count unless "0"/"false"):
   x-fake-usage-in-choice  chat: usage on the chunk that still has choices (plain: in choices[0])
   x-fake-service-tier / x-fake-speed / x-fake-model   reported in the response
   x-fake-gzip        gzip a plain body even though identity was asked for
+  x-fake-word        the content deltas are "<word>0 ", "<word>1 ", ... (default "tok")
+  x-fake-error-usage with x-fake-status: the error body also carries the dialect's usage
 
 Run standalone (for bench/relay.py): python tests/fake_upstream.py --port 9000
 """
@@ -172,6 +174,7 @@ class FakeUpstream:
         if self.record:
             self.requests.append({"method": scope["method"], "path": scope["path"],
                                   "query": scope.get("query_string", b"").decode("latin-1"), "headers": headers,
+                                  "raw_path": scope.get("raw_path", b"").decode("latin-1"),
                                   "json": parsed, "body": bytes(body)})
         self.in_flight += 1
         exchange = _Exchange(self, scope, headers, parsed, receive, send)
@@ -198,7 +201,8 @@ class _Exchange:
         self.stream = self.req.get("stream") is True
         self.anthropic = self.path == "/v1/messages"
         self.delay = int(headers.get("x-fake-delay-ms", "0")) / 1000
-        self.pieces = [f"tok{i} " for i in range(int(headers.get("x-fake-chunks", "4")))]
+        word = headers.get("x-fake-word", "tok")
+        self.pieces = [f"{word}{i} " for i in range(int(headers.get("x-fake-chunks", "4")))]
         self.text = "".join(self.pieces)
         given = orjson.loads(headers["x-fake-usage"]) if "x-fake-usage" in headers else {}
         # None means "not given": some dialects then leave the field out.
@@ -281,8 +285,11 @@ class _Exchange:
         err: dict[str, str | None]
         if self.anthropic:
             kind = ANTHROPIC_ERRORS.get(status, "api_error")
-            return await self.json({"type": "error", "error": {"type": kind, "message": message},
-                                    "request_id": "req_" + self.rid}, status)
+            body: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message},
+                                    "request_id": "req_" + self.rid}
+            if _flag(self.h, "x-fake-error-usage"):
+                body["usage"] = self.anthropic_usage(self.completion)
+            return await self.json(body, status)
         if status == 429:
             err = {"message": message, "type": "requests", "code": "rate_limit_exceeded"}
         elif status >= 500:
@@ -291,7 +298,11 @@ class _Exchange:
             code = {401: "invalid_api_key", 404: "not_found"}.get(status)
             err = {"message": message, "type": "invalid_request_error", "code": code}
         extra = [(b"retry-after", b"1")] if status == 429 else []
-        await self.json({"error": {**err, "param": None}}, status, extra)
+        reply: dict[str, Any] = {"error": {**err, "param": None}}
+        if _flag(self.h, "x-fake-error-usage"):
+            reply["usage"] = self.response("completed", None)["usage"] if self.path == "/v1/responses" \
+                else self.openai_usage()
+        await self.json(reply, status, extra)
 
     # -- usage per dialect -----------------------------------------------------
     def openai_usage(self) -> dict[str, Any]:

@@ -142,7 +142,7 @@ def test_negative_subtraction_is_clamped_and_flagged(u: Usage | None, want: Six)
     assert six(u) == want
 
 
-# The rule: a field that is not a non-negative int (up to 10**12) is not reported and the usage
+# The rule: a field that is not a non-negative int (up to MAX_TOKENS) is not reported and the usage
 # is flagged; with no valid token field at all there is no usage (None), so the meter estimates.
 GARBAGE = ["12", -3, True, False, 1.5, 3.0, 10**15, [1], {"a": 1}, "NaN"]
 
