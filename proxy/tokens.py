@@ -136,6 +136,9 @@ class Estimator:
             if enc is None:
                 unpack_vocabulary(name, self._tiktoken_cache_dir())
                 enc = tiktoken.get_encoding(name)
+                # tiktoken keeps a Python copy of the vocabulary beside the one its Rust core
+                # encodes with; only pickling reads it. Dropping it saves ~28 MB for o200k.
+                enc._mergeable_ranks = {}
                 self._encodings[name] = enc
         return enc
 
