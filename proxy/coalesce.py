@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Iterable
 from typing import Any, cast
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from proxy.httpserver import HeadLimitedProtocol
 
 
 class CoalescingTransport:
@@ -62,8 +62,8 @@ class CoalescingTransport:
         return getattr(self._transport, name)
 
 
-class RelayProtocol(HttpToolsProtocol):
-    """The serving protocol: uvicorn's httptools protocol with coalesced writes."""
+class RelayProtocol(HeadLimitedProtocol):
+    """The serving protocol: head-size limit, and coalesced writes."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         wrapped: Any = CoalescingTransport(cast(asyncio.Transport, transport), self.loop)
