@@ -9,7 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,22 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def wait_ready(proc: subprocess.Popen[bytes], url: str, name: str, output: Callable[[], str],
+               timeout: float) -> None:
+    """Poll `url` until it answers 200; fail with the process's output if it exits or stalls."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited with {proc.returncode}:\n{output()}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"{name} not ready in {timeout} s:\n{output()}")
 
 
 class Served:
@@ -54,16 +70,8 @@ class Served:
     def start(self, timeout: float = 20) -> Served:
         self.proc = subprocess.Popen(self.cmd, env=self.env, cwd=self.tmp,
                                      stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"llmmeter exited with {self.proc.returncode}:\n{self.output()}")
-            try:
-                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                time.sleep(0.05)
-        raise RuntimeError(f"llmmeter did not start:\n{self.output()}")
+        wait_ready(self.proc, self.url + "/healthz", "llmmeter", self.output, timeout)
+        return self
 
     def output(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import yaml
 
-from tests.serve import free_port
+from tests.serve import free_port, wait_ready
 
 REPO = Path(__file__).resolve().parents[2]
 PROMETHEUS_DIR = REPO / "prometheus"
@@ -140,17 +140,8 @@ class Prometheus:
                "--log.level=warn"]
         self.proc = subprocess.Popen(cmd, stdout=self.log.open("ab"), stderr=subprocess.STDOUT,
                                      env={**os.environ, "GOMAXPROCS": "1"})
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"prometheus exited with {self.proc.returncode}:\n{self.log.read_text()}")
-            try:
-                if httpx.get(self.url + "/-/ready", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"prometheus did not become ready:\n{self.log.read_text()}")
+        wait_ready(self.proc, self.url + "/-/ready", "prometheus", self.log.read_text, timeout)
+        return self
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:

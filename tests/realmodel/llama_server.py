@@ -9,12 +9,9 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
-import httpx
-
-from tests.serve import free_port
+from tests.serve import free_port, wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON_ENV = "LLMMETER_TEST_LLAMA_PYTHON"
@@ -53,18 +50,13 @@ class LlamaServer:
 
     def start(self, timeout: float = 120) -> LlamaServer:
         self.proc = subprocess.Popen(self.cmd, stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"llama.cpp server exited with {self.proc.returncode}:\n{self.output()}")
-            try:
-                # The model is loaded before the server listens: an answer here means ready.
-                if httpx.get(self.base_url + "/models", timeout=2).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"llama.cpp server not ready in {timeout} s:\n{self.output()}")
+        try:
+            # The model is loaded before the server listens: an answer here means ready.
+            wait_ready(self.proc, self.base_url + "/models", "llama.cpp server", self.output, timeout)
+        except RuntimeError:
+            self.stop()
+            raise
+        return self
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")[-4000:] if self.log.exists() else ""
