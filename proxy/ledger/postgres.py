@@ -24,6 +24,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from proxy.ledger import migrations
 from proxy.ledger.store import (
     COLUMNS,
+    HOUR_US,
     HOURLY_SQL,
     INPUT_SIDE,
     METERED_SQL,
@@ -33,6 +34,7 @@ from proxy.ledger.store import (
     from_row,
     to_micros,
     to_row,
+    whole_hours,
 )
 from proxy.record import Record
 
@@ -51,7 +53,6 @@ _MOVE = (f"INSERT INTO requests ({_COLS}) SELECT {_COLS} FROM {_STAGING} ORDER B
 # COLLATE "C": ids order by their bytes, as in SQLite, whatever the database's locale.
 _SELECT = f'SELECT {_COLS} FROM requests WHERE {{where}} ORDER BY start, id COLLATE "C"'
 _FETCH = 1024
-_HOUR = 3_600_000_000  # microseconds
 # Migrations from several replicas starting at once take turns on this advisory lock
 # (a constant: the bytes of "llmmeter").
 _MIGRATE_LOCK = int.from_bytes(b"llmmeter", "big")
@@ -148,12 +149,10 @@ class PostgresStore:
         """As SqliteStore.hourly: the range's whole UTC hours from the rollup, its partial first
         and last hours (half-hour zones) summed from the requests themselves."""
         lo, hi = to_micros(start_from), to_micros(start_to)
-        first, last = -(-lo // _HOUR) * _HOUR, hi // _HOUR * _HOUR  # whole hours: [first, last)
-        if first >= last:
-            return self._summed(lo, hi, tenant)
+        first, last = whole_hours(lo, hi)
         where = "hour >= %s AND hour < %s" + (" AND tenant = %s" if tenant is not None else "")
         rows = self._read(ROLLUP_SQL.format(where=where),
-                          (first // _HOUR, last // _HOUR, *((tenant,) if tenant is not None else ())))
+                          (first // HOUR_US, last // HOUR_US, *((tenant,) if tenant is not None else ())))
         return self._summed(lo, first, tenant) + rows + self._summed(last, hi, tenant)
 
     def _summed(self, lo: int, hi: int, tenant: str | None) -> list[tuple[Any, ...]]:

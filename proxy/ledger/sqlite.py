@@ -14,6 +14,7 @@ from typing import Any
 from proxy.ledger import migrations
 from proxy.ledger.store import (
     COLUMNS,
+    HOUR_US,
     HOURLY_SQL,
     INPUT_SIDE,
     METERED_SQL,
@@ -23,6 +24,7 @@ from proxy.ledger.store import (
     from_row,
     to_micros,
     to_row,
+    whole_hours,
 )
 from proxy.record import Record
 
@@ -30,7 +32,6 @@ _INSERT = (f"INSERT INTO requests ({', '.join(COLUMNS)}) VALUES ({', '.join('?' 
            "ON CONFLICT (id) DO NOTHING")
 _SELECT = f"SELECT {', '.join(COLUMNS)} FROM requests"
 _FETCH = 1024
-_HOUR = 3_600_000_000  # microseconds
 _BUCKET_OF = f"SELECT MAX(lo) FROM input_side_bounds WHERE lo <= {INPUT_SIDE}"  # migration 003
 _DENSE = 4  # read a rowid run when at most this many rowids per row in range
 
@@ -114,12 +115,10 @@ class SqliteStore:
         rollup; a range's partial first and last hours (zones with half-hour offsets, such
         as Asia/Kolkata) summed from the requests themselves."""
         lo, hi = to_micros(start_from), to_micros(start_to)
-        first, last = -(-lo // _HOUR) * _HOUR, hi // _HOUR * _HOUR  # whole hours: [first, last)
-        if first >= last:
-            return self._summed(lo, hi, tenant)
+        first, last = whole_hours(lo, hi)
         where = "hour >= ? AND hour < ?" + (" AND tenant = ?" if tenant is not None else "")
         rows = self._read(ROLLUP_SQL.format(where=where),
-                          (first // _HOUR, last // _HOUR, *((tenant,) if tenant is not None else ())))
+                          (first // HOUR_US, last // HOUR_US, *((tenant,) if tenant is not None else ())))
         return self._summed(lo, first, tenant) + rows + self._summed(last, hi, tenant)
 
     def _summed(self, lo: int, hi: int, tenant: str | None) -> list[tuple[Any, ...]]:
@@ -139,13 +138,11 @@ class SqliteStore:
         buckets are counted by exact size.
         """
         lo, hi = to_micros(start_from), to_micros(start_to)
-        first, last = -(-lo // _HOUR) * _HOUR, hi // _HOUR * _HOUR  # whole hours: [first, last)
-        if first >= last:
-            first = last = hi
+        first, last = whole_hours(lo, hi)
         only = (" AND tenant = ?", (tenant,)) if tenant is not None else ("", ())
         counts: dict[tuple[str, int], int] = defaultdict(int)
         rows = self._read(f"SELECT tenant, bucket, SUM(requests) FROM input_side_histogram WHERE hour >= ? "
-                          f"AND hour < ?{only[0]} GROUP BY 1, 2", (first // _HOUR, last // _HOUR, *only[1]))
+                          f"AND hour < ?{only[0]} GROUP BY 1, 2", (first // HOUR_US, last // HOUR_US, *only[1]))
         for a, b in ((lo, first), (last, hi)):
             if a < b:
                 where, params = self._scan(from_micros(a), from_micros(b), tenant)

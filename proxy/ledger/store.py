@@ -132,6 +132,18 @@ def sqlite_path(url: str) -> Path:
     return Path(path)
 
 
+HOUR_US = 3_600_000_000  # an hour in microseconds; rollups are keyed by start // HOUR_US
+
+
+def whole_hours(lo: int, hi: int) -> tuple[int, int]:
+    """The whole UTC hours inside [lo, hi) microseconds, as [first, last); (hi, hi) if none.
+
+    Rollups answer for those; the partial hours before and after (zones with half-hour
+    offsets) are summed from the requests."""
+    first, last = -(-lo // HOUR_US) * HOUR_US, hi // HOUR_US * HOUR_US
+    return (first, last) if first < last else (hi, hi)
+
+
 def to_micros(t: datetime) -> int:
     """Exact integer microseconds since the epoch; a naive time is taken as UTC."""
     if t.tzinfo is None:
