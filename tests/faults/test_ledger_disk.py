@@ -30,12 +30,12 @@ USAGE = {"x-fake-usage": json.dumps({"prompt": 30, "completion": 4})}
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 4 MiB tmpfs of its own, unmounted after the test."""
+    """A 16 MiB tmpfs of its own (room for a fresh ledger and its WAL), unmounted after the test."""
     where = tmp_path / "disk"
     where.mkdir()
     mounted = False
     if os.geteuid() == 0 and shutil.which("mount"):
-        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m,mode=0755", "tmpfs", str(where)],
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m,mode=0755", "tmpfs", str(where)],
                                  capture_output=True).returncode == 0
     require(mounted, "mounting a tmpfs needs root (a real full disk cannot be made otherwise)")
     try:
