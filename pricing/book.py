@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+from pricing.calculator import Units, unit_prices
 from pricing.model import BUILTIN_TIER_ALIASES, Price
 
 STANDARD = "standard"
@@ -35,6 +37,8 @@ class PriceBook:
         # A name implies a tier only when every entry listing it has that same tier.
         self._name_tier = {n: next(iter(t)) for n, t in named_tiers.items() if len(t) == 1}
         self.models: frozenset[str] = frozenset(p.model for p in self.prices)
+        self._instants = [p.effective_from for p in self.prices]  # sorted
+        self._memo: dict[tuple[str, str, str | None, int], tuple[Resolution, Units] | None] = {}
 
     def tiers(self, model: str) -> frozenset[str]:
         return frozenset(t for (m, t) in self._entries if m == model)
@@ -71,6 +75,20 @@ class PriceBook:
             if price is not None:
                 return Resolution(price, tier_fallback=True)
         return None
+
+    def resolve_units(self, model: str, tier: str, at: datetime,
+                      upstream: str | None = None) -> tuple[Resolution, Units] | None:
+        """resolve(), with the unit prices, memoised: which entries are in force at `at` depends
+        only on how many effective_from instants have passed, so that count keys the memo."""
+        key = (model, tier, upstream, bisect_right(self._instants, at))
+        if key in self._memo:
+            return self._memo[key]
+        found = self.resolve(model, tier, at, upstream)
+        value = None if found is None else (found, unit_prices(found.price))
+        if len(self._memo) >= 4096:  # tiers come from clients: bound the memo
+            self._memo.clear()
+        self._memo[key] = value
+        return value
 
     def in_force(self, at: datetime) -> list[Price]:
         """For each (model, tier, upstream), the entry that applies at `at`."""

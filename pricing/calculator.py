@@ -43,17 +43,27 @@ def unit_price(per_million: Decimal) -> int:
     return int(units)
 
 
+Units = tuple[int, int, int, int]  # per token: input, cache_read, cache_write, output
+
+
+def unit_prices(price: Price) -> Units:
+    return (unit_price(price.input), unit_price(price.cache_read), unit_price(price.cache_write),
+            unit_price(price.output))
+
+
 def cost(price: Price, input_tokens: int, cache_read_tokens: int, cache_write_tokens: int,
          output_tokens: int) -> Cost:
-    for n in (input_tokens, cache_read_tokens, cache_write_tokens, output_tokens):
-        if n < 0:
-            raise ValueError(f"token counts cannot be negative: {n}")
-    return Cost(
-        input=input_tokens * unit_price(price.input),
-        cache_read=cache_read_tokens * unit_price(price.cache_read),
-        cache_write=cache_write_tokens * unit_price(price.cache_write),
-        output=output_tokens * unit_price(price.output),
-    )
+    return cost_at(unit_prices(price), input_tokens, cache_read_tokens, cache_write_tokens, output_tokens)
+
+
+def cost_at(units: Units, input_tokens: int, cache_read_tokens: int, cache_write_tokens: int,
+            output_tokens: int) -> Cost:
+    """As cost(), with the unit prices already looked up (PriceBook.resolve_units)."""
+    if input_tokens < 0 or cache_read_tokens < 0 or cache_write_tokens < 0 or output_tokens < 0:
+        raise ValueError(f"token counts cannot be negative: "
+                         f"{(input_tokens, cache_read_tokens, cache_write_tokens, output_tokens)}")
+    pi, pr, pw, po = units
+    return Cost(input_tokens * pi, cache_read_tokens * pr, cache_write_tokens * pw, output_tokens * po)
 
 
 def usd(units: int) -> Decimal:

@@ -16,7 +16,9 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from pricing import PriceBook, default_tables_dir, load_dir
+from proxy.coalesce import BEFORE_SEND
 from proxy.ledger import Ledger
+from proxy.ledger.group import GroupCommit
 from proxy.meter import Meter
 from proxy.metrics import Metrics
 from proxy.relay import Receive, Relay, Scope, Send
@@ -54,7 +56,8 @@ class LLMMeter:
         self.parts = parts
         self.pool = Pool(s)
         estimator = Estimator(s.estimate.encoding, s.estimate.per_model)
-        meter = Meter(parts.book, estimator, s.workloads, parts.ledger, parts.metrics)
+        self.group = GroupCommit(parts.ledger.append_many)
+        meter = Meter(parts.book, estimator, s.workloads, self.group, parts.metrics)
         self.relay = Relay(s, Router(s.upstreams), self.pool, meter, parts.metrics)
         self.admin = _admin_app(parts)
 
@@ -75,12 +78,19 @@ class LLMMeter:
                     # Replaying the journal happens before the first request is served.
                     await asyncio.to_thread(self.parts.ledger.start)
                     await self.pool.open()
+                    loop = asyncio.get_running_loop()
+                    self.group.bind(loop)
+                    self.relay.loop = loop
+                    BEFORE_SEND.append(self.group.commit)
                 except Exception as e:
                     await send({"type": "lifespan.startup.failed", "message": str(e)})
                     return
                 await send({"type": "lifespan.startup.complete"})
             elif msg["type"] == "lifespan.shutdown":
                 await self.pool.close()
+                if self.group.commit in BEFORE_SEND:
+                    BEFORE_SEND.remove(self.group.commit)
+                self.group.bind(None)
                 await asyncio.to_thread(self.parts.ledger.close)
                 await send({"type": "lifespan.shutdown.complete"})
                 return

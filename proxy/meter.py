@@ -1,15 +1,15 @@
 """Turns what one exchange told us into a priced, journaled ledger record.
 
 The relay knows bytes; this module knows money. It decides when tokens must be
-estimated, resolves model, tier and price entry (SPEC "Price tables"), writes the record
-to the ledger's journal and counts it in the metrics — in that order, so a record is
-durable before the client gets its last byte.
+estimated, resolves model, tier and price entry (SPEC "Price tables"), hands the record
+to the ledger's journal (by way of the group commit, which writes it before the client's
+last byte leaves) and counts it in the metrics.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
+import random
 import re
 import time
 from collections.abc import Callable
@@ -17,7 +17,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
 
-from pricing import Cost, PriceBook, cost
+from pricing import Cost, PriceBook
+from pricing.calculator import cost_at
 from proxy.metrics import Metrics
 from proxy.record import Record
 from proxy.settings import Workloads
@@ -35,6 +36,13 @@ class Journal(Protocol):
     def append(self, record: Record) -> None: ...
 
 
+def new_id() -> str:
+    """Time-ordered ids keep the ledger's primary-key index append-only. The random half
+    comes from `random` (seeded from os.urandom, reseeded after fork): uniqueness is all an
+    id needs, and os.urandom is a syscall per request."""
+    return f"{time.time_ns():016x}{random.getrandbits(64):016x}"
+
+
 @dataclass(slots=True)
 class Exchange:
     """One request in flight: what the relay has learned so far (never any text)."""
@@ -43,7 +51,7 @@ class Exchange:
     t0: float  # perf_counter at arrival
     endpoint: str
     tenant: str
-    id: str = field(default_factory=lambda: new_id())
+    id: str = field(default_factory=new_id)
     stream: bool = False
     upstream: str = ""
     self_hosted: bool = False
@@ -57,11 +65,6 @@ class Exchange:
     ttft_s: float | None = None
     upstream_request_id: str | None = None
     overhead_s: float = 0.0
-
-
-def new_id() -> str:
-    """Time-ordered ids keep the ledger's primary-key index append-only."""
-    return f"{time.time_ns():016x}{os.urandom(8).hex()}"
 
 
 def clean_tag(value: str | None) -> str | None:
@@ -138,13 +141,15 @@ class Meter:
         if ex.endpoint in METERED:
             rec.workload = self.workloads.classify(rec.input_side_tokens)
             if canonical is not None and tier is not None:
-                found = self.book.resolve(canonical, tier, ex.start, upstream=ex.upstream or None)
-                if found is not None:
+                resolved = self.book.resolve_units(canonical, tier, ex.start, upstream=ex.upstream or None)
+                if resolved is not None:
+                    found, units = resolved
                     if found.tier_fallback:
                         flags.append("tier_fallback")
                     p = found.price
                     rec.price_model, rec.price_tier, rec.price_effective_from = p.model, p.tier, p.effective_from
-                    priced = cost(p, u.input_tokens, u.cache_read_tokens, u.cache_write_tokens, u.output_tokens)
+                    priced = cost_at(units, u.input_tokens, u.cache_read_tokens, u.cache_write_tokens,
+                                     u.output_tokens)
                     rec.cost_units = priced.total
         self.journal.append(rec)
         self.metrics.observe(rec, priced, ex.overhead_s)

@@ -57,6 +57,7 @@ class Metrics:
                  month_to_date: Callable[[datetime], Mapping[str, int]] | None = None,
                  pending: Callable[[], int] | None = None) -> None:
         self.labels = Labels(settings, book)
+        self._keys: dict[tuple[str | None, ...], _Keys] = {}
         # With several workers, `registry` (the one /metrics reads) gets a collector that sums
         # every worker's files; the metrics themselves register on a private one.
         multiproc = multiprocess_dir() is not None
@@ -113,39 +114,80 @@ class Metrics:
         registry.register(_Live(book, self.labels, month_to_date, pending, with_pending=not multiproc))
 
     def observe(self, rec: Record, cost: Cost | None, overhead_s: float) -> None:
-        """Counts one finished request; called after the record is journaled."""
-        lb = self.labels
-        model = lb.pick(rec.model, lb.models)
-        tier = lb.pick(rec.tier, lb.tiers) if rec.tier else OTHER
-        tenant = lb.pick(rec.tenant, lb.tenants)
-        endpoint = rec.endpoint if rec.endpoint in ENDPOINTS else OTHER
-        self.requests.inc((lb.pick(rec.upstream, lb.upstreams), endpoint, model, tier, tenant,
-                           str(rec.code), rec.outcome))
-        self.duration.observe((endpoint, model), rec.duration_ms / 1000)
-        self.overhead.observe((endpoint,), overhead_s)
+        """Counts one finished request, on the event loop."""
+        raw = (rec.model, rec.tier, rec.tenant, rec.upstream, rec.endpoint, rec.tag, rec.workload)
+        k = self._keys.get(raw)
+        if k is None:
+            k = self._prepare(raw)
+        self.requests.inc((*k.requests, str(rec.code), rec.outcome))
+        self.duration.observe(k.endpoint_model, rec.duration_ms / 1000)
+        self.overhead.observe(k.endpoint, overhead_s)
         if rec.ttft_ms is not None:
-            self.ttft.observe((model, tier), rec.ttft_ms / 1000)
-        if endpoint in ("models", "other"):
+            self.ttft.observe(k.model_tier, rec.ttft_ms / 1000)
+        if not k.metered:
             return
-        for kind, n in (("input", rec.input_tokens), ("cache_read", rec.cache_read_tokens),
-                        ("cache_write", rec.cache_write_tokens), ("output", rec.output_tokens)):
-            if n:
-                self.tokens.inc((model, tier, tenant, kind), n)
+        tokens = self.tokens.inc
+        if rec.input_tokens:
+            tokens(k.input, rec.input_tokens)
+        if rec.cache_read_tokens:
+            tokens(k.cache_read, rec.cache_read_tokens)
+        if rec.cache_write_tokens:
+            tokens(k.cache_write, rec.cache_write_tokens)
+        if rec.output_tokens:
+            tokens(k.output, rec.output_tokens)
         if rec.reasoning_tokens:
-            self.reasoning.inc((model, tier, tenant), rec.reasoning_tokens)
+            self.reasoning.inc(k.model_tier_tenant, rec.reasoning_tokens)
         if rec.usage_source == "estimated":
-            self.estimated.inc((model,))
-        self.input_tokens.observe((model,), rec.input_side_tokens)
-        self.output_tokens.observe((model,), rec.output_tokens)
+            self.estimated.inc(k.model)
+        self.input_tokens.observe(k.model, rec.input_side_tokens)
+        self.output_tokens.observe(k.model, rec.output_tokens)
         if cost is None:
             if rec.outcome != "rejected":
-                self.unpriced.inc((model,))
+                self.unpriced.inc(k.model)
             return
-        for kind, units in (("input", cost.input), ("cache_read", cost.cache_read),
-                            ("cache_write", cost.cache_write), ("output", cost.output)):
-            if units:
-                self.cost.inc((model, tier, tenant, kind), units / COST_UNITS_PER_USD)
-        self.tagged_cost.inc((lb.pick(rec.tag, lb.tags), rec.workload or OTHER), cost.total / COST_UNITS_PER_USD)
+        spend = self.cost.inc
+        if cost.input:
+            spend(k.input, cost.input / COST_UNITS_PER_USD)
+        if cost.cache_read:
+            spend(k.cache_read, cost.cache_read / COST_UNITS_PER_USD)
+        if cost.cache_write:
+            spend(k.cache_write, cost.cache_write / COST_UNITS_PER_USD)
+        if cost.output:
+            spend(k.output, cost.output / COST_UNITS_PER_USD)
+        self.tagged_cost.inc(k.tag_workload, cost.total / COST_UNITS_PER_USD)
+
+    def _prepare(self, raw: tuple[str | None, ...]) -> _Keys:
+        """The label tuples for one combination of record values, built once (bounded: tier and
+        code come from clients)."""
+        model_v, tier_v, tenant_v, upstream_v, endpoint_v, tag_v, workload_v = raw
+        lb = self.labels
+        model = lb.pick(model_v, lb.models)
+        tier = lb.pick(tier_v, lb.tiers) if tier_v else OTHER
+        tenant = lb.pick(tenant_v, lb.tenants)
+        endpoint = endpoint_v if endpoint_v in ENDPOINTS else OTHER
+        k = _Keys((lb.pick(upstream_v, lb.upstreams), endpoint, model, tier, tenant), endpoint, model, tier, tenant,
+                  (lb.pick(tag_v, lb.tags), workload_v or OTHER))
+        if len(self._keys) >= 4096:
+            self._keys.clear()
+        self._keys[raw] = k
+        return k
+
+
+class _Keys:
+    """Every label tuple one request's values lead to."""
+
+    __slots__ = ("cache_read", "cache_write", "endpoint", "endpoint_model", "input", "metered", "model",
+                 "model_tier", "model_tier_tenant", "output", "requests", "tag_workload")
+
+    def __init__(self, requests: tuple[str, ...], endpoint: str, model: str, tier: str, tenant: str,
+                 tag_workload: tuple[str, str]) -> None:
+        self.requests = requests  # all but code and outcome
+        self.endpoint, self.endpoint_model = (endpoint,), (endpoint, model)
+        self.model, self.model_tier, self.model_tier_tenant = (model,), (model, tier), (model, tier, tenant)
+        self.input, self.cache_read, self.cache_write, self.output = (
+            (model, tier, tenant, kind) for kind in ("input", "cache_read", "cache_write", "output"))
+        self.metered = endpoint not in ("models", "other")
+        self.tag_workload = tag_workload
 
 
 def _publish_every(interval_s: float, publish: Callable[[], None]) -> None:

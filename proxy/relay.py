@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from proxy.client import Broken, Response, Unreachable
+from proxy.coalesce import DISCONNECT
 from proxy.errors import error_body
 from proxy.meter import METERED, Exchange, Meter, bounded, clean_tag
 from proxy.metrics import Metrics
@@ -57,6 +58,8 @@ class Relay:
         # sha256(key) hex -> tenant; compared with hmac.compare_digest below.
         self.keys = [(h, t.name) for t in settings.tenants for h in t.key_sha256]
         self.tenant_names = frozenset(t.name for t in settings.tenants)
+        # Set at start-up: asyncio.current_task() without a loop costs a getpid() on Python 3.11.
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         t0 = time.perf_counter()
@@ -114,7 +117,9 @@ class Relay:
         # The path as the client encoded it: decoded, %20 or %0D%0A would reach the request line.
         raw_path: bytes = scope.get("raw_path") or path.encode()
         url = target_url(up, raw_path.decode("latin-1"), scope.get("query_string", b""))
-        await self._forward(ex, up, method, url, out_headers, body, drop_usage_only, anthropic, receive, send)
+        watch = (scope.get("extensions") or {}).get(DISCONNECT)
+        await self._forward(ex, up, method, url, out_headers, body, drop_usage_only, anthropic, receive, send,
+                            watch)
 
     def _authenticate(self, headers: list[tuple[bytes, bytes]]) -> str | None:
         if not self.keys:
@@ -156,10 +161,14 @@ class Relay:
 
     async def _forward(self, ex: Exchange, up: Upstream, method: str, url: str,
                        headers: list[tuple[str, str]], body: bytes, drop_usage_only: bool,
-                       anthropic: bool, receive: Receive, send: Send) -> None:
-        task = asyncio.current_task()
-        gone = asyncio.Event()
-        watcher = asyncio.create_task(_watch_disconnect(receive, gone, task))
+                       anthropic: bool, receive: Receive, send: Send,
+                       watch: Callable[[Callable[[], None] | None], None] | None) -> None:
+        gone = _Departure(asyncio.current_task(self.loop))
+        watcher: asyncio.Task[None] | None = None
+        if watch is not None:
+            watch(gone)
+        else:  # another server than ours: wait in receive() for the client to leave
+            watcher = asyncio.create_task(_watch_disconnect(receive, gone))
         tap: StreamTap | None = None
         recorded = False
         resp: Response | None = None
@@ -245,9 +254,9 @@ class Relay:
             ex.overhead_s += time.perf_counter() - t_mark
             await send({"type": "http.response.body", "body": held or b"", "more_body": False})
         except asyncio.CancelledError:
-            if not gone.is_set() or task is None:
+            if not gone.happened or gone.task is None:
                 raise
-            task.uncancel()  # we cancelled ourselves because the client left
+            gone.task.uncancel()  # we cancelled ourselves because the client left
             ex.outcome = "client_closed"
             if not recorded:
                 recorded = True
@@ -262,7 +271,10 @@ class Relay:
                 await self._record_partial(ex, tap)
             raise StreamBroken(f"upstream {kind} mid-response") from e
         finally:
-            watcher.cancel()
+            if watcher is not None:
+                watcher.cancel()
+            elif watch is not None:
+                watch(None)
             if resp is not None:
                 if recorded and ex.outcome == "ok":
                     resp.release()
@@ -321,12 +333,25 @@ async def _read_body(receive: Receive, headers: list[tuple[bytes, bytes]], limit
             return b"".join(chunks)
 
 
-async def _watch_disconnect(receive: Receive, gone: asyncio.Event, task: asyncio.Task[Any] | None) -> None:
+class _Departure:
+    """Called when the client leaves mid-relay: cancels the relaying task, and remembers why."""
+
+    __slots__ = ("happened", "task")
+
+    def __init__(self, task: asyncio.Task[Any] | None) -> None:
+        self.task, self.happened = task, False
+
+    def __call__(self) -> None:
+        if self.task is not None and not self.happened:
+            self.happened = True
+            self.task.cancel()
+
+
+async def _watch_disconnect(receive: Receive, gone: _Departure) -> None:
     """After the body is read, the next ASGI message can only be the client leaving."""
     msg = await receive()
-    if msg["type"] == "http.disconnect" and task is not None:
-        gone.set()
-        task.cancel()
+    if msg["type"] == "http.disconnect":
+        gone()
 
 
 def _inject_include_usage(req: Any, body: bytes) -> tuple[bytes, bool]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from proxy.ledger.journal import Segment
@@ -46,17 +47,18 @@ class Backlog:
     def has_room(self) -> bool:
         return len(self._queue) < self.limit
 
-    def put(self, record: Record, segment: Segment | None, kept: bool) -> int:
-        """Count the append; keep it when there was room. Returns the queue's length."""
+    def put(self, records: Sequence[Record], segment: Segment | None, kept: bool) -> int:
+        """Count the appends; keep them when there was room. Returns the queue's length."""
         with self._cond:
-            self._seq += 1
-            self.appended += 1
             if kept:
-                self._queue.append(Item(self._seq, record, segment))
+                seq = self._seq
+                self._queue.extend(Item(seq + i, r, segment) for i, r in enumerate(records, 1))
             elif segment is not None:
-                self.dropped += 1
+                self.dropped += len(records)
             else:
-                self.lost += 1
+                self.lost += len(records)
+            self._seq += len(records)
+            self.appended += len(records)
             return len(self._queue)
 
     def take(self, n: int) -> list[Item]:

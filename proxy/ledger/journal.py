@@ -66,26 +66,27 @@ class Journal:
         with self._lock:
             return self._open_locked()
 
-    def write(self, line: bytes, kept: bool) -> Segment | None:
-        """One os.write of one line; the segment it landed in, or None when it did not land."""
+    def write(self, lines: bytes, records: int, kept: bool) -> Segment | None:
+        """One os.write of `records` whole lines; the segment they landed in, or None when they did not."""
         with self._lock:
             seg = self._current
             if seg is None:
                 return None
             try:
-                n = os.write(seg.fd, line)
+                n = os.write(seg.fd, lines)
             except OSError as e:
                 self._fail_locked(e)
                 return None
-            if n != len(line):
+            if n != len(lines):
                 # A torn line can only be the segment's last: replay skips it, the next goes elsewhere.
-                self._fail_locked(OSError(errno.ENOSPC, f"short write ({n} of {len(line)} bytes)"))
+                # Lines before it did land; memory keeps them all, and import skips duplicate ids.
+                self._fail_locked(OSError(errno.ENOSPC, f"short write ({n} of {len(lines)} bytes)"))
                 return None
             seg.size += n
             if kept:
-                seg.outstanding += 1
+                seg.outstanding += records
             else:
-                seg.dropped += 1
+                seg.dropped += records
             if self.fsync:
                 try:
                     os.fsync(seg.fd)

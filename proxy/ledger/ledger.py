@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -61,21 +61,32 @@ class Ledger:
 
     def append(self, record: Record) -> None:
         """Journal the record with one write and queue it for import; never raises, never waits on the DB."""
+        self.append_many((record,))
+
+    def append_many(self, records: Sequence[Record]) -> None:
+        """As append, for several records with one write: a syscall costs more than a record's JSON."""
         try:
             kept = self._backlog.has_room()
-            try:
-                line: bytes | None = orjson.dumps(record, option=_JSON)
-            except TypeError:
-                log.exception("ledger record %s cannot be journaled", record.id)
-                line = None
-            segment = self._journal.write(line, kept) if line is not None else None
-            queued = self._backlog.put(record, segment, kept)
-            if segment is None and not kept:
+            lines: list[bytes] = []
+            journaled: list[Record] = []
+            unjournaled: list[Record] = []
+            for r in records:
+                try:
+                    lines.append(orjson.dumps(r, option=_JSON))
+                    journaled.append(r)
+                except TypeError:
+                    log.exception("ledger record %s cannot be journaled", r.id)
+                    unjournaled.append(r)
+            segment = self._journal.write(b"".join(lines), len(lines), kept) if lines else None
+            queued = self._backlog.put(journaled, segment, kept)
+            if unjournaled:
+                queued = self._backlog.put(unjournaled, None, kept)
+            if (segment is None or unjournaled) and not kept:
                 self._log_lost()
             if queued >= self.batch_size and self._importer is not None:
                 self._importer.wake()
-        except Exception:  # the client's response matters more than this record
-            log.exception("ledger append failed for record %s", record.id)
+        except Exception:  # the client's response matters more than these records
+            log.exception("ledger append failed for %d records", len(records))
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until everything appended so far is committed; False on timeout."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import sqlite3
 from bisect import bisect_right
 from collections import defaultdict
@@ -28,8 +29,11 @@ from proxy.ledger.store import (
 )
 from proxy.record import Record
 
-_INSERT = (f"INSERT INTO requests ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))}) "
-           "ON CONFLICT (id) DO NOTHING")
+_ROW = f"({', '.join('?' * len(COLUMNS))})"
+# Batches go in as multi-row INSERTs of power-of-two sizes (a handful of cached statements).
+# sqlite3 releases the GIL around each statement step, and a busy event loop keeps the
+# importer waiting up to a switch interval to get it back: per-row steps starved it.
+_CHUNKS = (256, 128, 64, 32, 16, 8, 4, 2, 1)  # 256 rows x 29 columns stays under SQLite's 32766 variables
 _SELECT = f"SELECT {', '.join(COLUMNS)} FROM requests"
 _FETCH = 1024
 _BUCKET_OF = f"SELECT MAX(lo) FROM input_side_bounds WHERE lo <= {INPUT_SIDE}"  # migration 003
@@ -218,7 +222,12 @@ class SqliteWriter:
         rows = [to_row(r) for r in records]
         try:
             self.con.execute("BEGIN IMMEDIATE")
-            added = self.con.executemany(_INSERT, rows).rowcount
+            added, at = 0, 0
+            for size in _CHUNKS:
+                while len(rows) - at >= size:
+                    params = [v for row in rows[at:at + size] for v in row]
+                    added += self.con.execute(_insert(size), params).rowcount
+                    at += size
             self.con.execute("COMMIT")
             return added
         except sqlite3.Error as e:
@@ -230,6 +239,12 @@ class SqliteWriter:
     def close(self) -> None:
         with contextlib.suppress(sqlite3.Error):  # a broken connection has nothing left to save
             self.con.close()
+
+
+@functools.cache
+def _insert(rows: int) -> str:
+    return (f"INSERT INTO requests ({', '.join(COLUMNS)}) VALUES {', '.join([_ROW] * rows)} "
+            "ON CONFLICT (id) DO NOTHING")
 
 
 def _locate(counts: Sequence[tuple[int, int]], rank: int) -> tuple[int, int]:

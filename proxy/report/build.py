@@ -15,7 +15,7 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from pricing import PriceBook, format_usd, unit_price
+from pricing import PriceBook, format_usd
 from proxy.ledger.store import Store
 from proxy.settings import SelfHost
 
@@ -257,26 +257,19 @@ class _Repricer:
     """Prices groups with the tables in force at a given time, one lookup per distinct key.
 
     A cost is a token count times an integer unit price per token, so pricing the month's
-    few thousand groups needs only the few distinct (model, tier, upstream, hour) prices.
+    few thousand groups needs only the few distinct prices (PriceBook.resolve_units).
     """
 
     def __init__(self, book: PriceBook) -> None:
         self.book = book
-        self._units: dict[tuple[str, str, str, datetime], tuple[int, int, int, int] | None] = {}
 
     def __call__(self, g: _Group, tier: str, at: datetime, fold_cache: bool = False) -> int:
         if g.unpriced_model or not g.metered:
             return 0
-        key = (g.model, tier or "standard", g.upstream, at)
-        if key not in self._units:
-            found = self.book.resolve(g.model, tier or "standard", at, upstream=g.upstream or None)
-            self._units[key] = None if found is None else (
-                unit_price(found.price.input), unit_price(found.price.cache_read),
-                unit_price(found.price.cache_write), unit_price(found.price.output))
-        units = self._units[key]
-        if units is None:
+        resolved = self.book.resolve_units(g.model, tier or "standard", at, upstream=g.upstream or None)
+        if resolved is None:
             return 0
-        pi, pr, pw, po = units
+        pi, pr, pw, po = resolved[1]
         if fold_cache:  # as if nothing were cached: cache tokens billed as input
             return g.input_side * pi + g.output_tokens * po
         return g.input_tokens * pi + g.cache_read_tokens * pr + g.cache_write_tokens * pw + g.output_tokens * po

@@ -4,15 +4,22 @@ kernel sees it), the record says `client_closed` with estimated tokens, nothing 
 from __future__ import annotations
 
 import json
+import signal
 import socket
+import sqlite3
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.fake_upstream import FakeUpstream
 from tests.faults.helpers import open_connections, raw_http, wait_until
+from tests.serve import free_port, wait_ready
 
 CHAT = {"model": "kimi-k3.1-pro", "messages": [{"role": "user", "content": "count to a thousand"}]}
 SLOW = {"x-fake-chunks": "500", "x-fake-delay-ms": "50"}  # 25 s of stream if nobody leaves
@@ -88,3 +95,33 @@ def test_finished_requests_keep_their_connections_for_reuse(fake: FakeUpstream, 
     for _ in range(20):
         assert httpx.post(proxy.base_url + "/chat/completions", json={**CHAT, "stream": True}).status_code == 200
     assert 1 <= open_connections(fake.port) <= 2  # kept alive and reused, not one per request
+
+
+PLAIN_UVICORN = """
+import sys, uvicorn
+from proxy.app import create_app
+from proxy.settings import load
+settings = load(None, env={}, overrides={"upstream": sys.argv[1], "db": sys.argv[2], "prices": sys.argv[3]})
+uvicorn.run(create_app(settings), host="127.0.0.1", port=int(sys.argv[4]), http="httptools", log_level="warning")
+"""
+
+
+def test_under_a_server_without_the_disconnect_hook_a_leaving_client_is_still_seen(
+        fake: FakeUpstream, tmp_path: Path, prices_dir: Path) -> None:
+    # Under another server than llmmeter's own protocol, the relay waits in ASGI receive().
+    port, db = free_port(), tmp_path / "plain.db"
+    log = (tmp_path / "plain.log").open("w+b")
+    proc = subprocess.Popen([sys.executable, "-c", PLAIN_UVICORN, fake.base_url, f"sqlite:///{db}",
+                             str(prices_dir), str(port)], stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
+    try:
+        wait_ready(proc, f"http://127.0.0.1:{port}/healthz", "plain uvicorn", lambda: log.name, 60)
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=CHAT, headers={"x-fake-hang": "1"},
+                       timeout=1)
+        assert wait_until(lambda: fake.in_flight == 0 and open_connections(fake.port) == 0, timeout=5)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(20)
+    with sqlite3.connect(db) as con:
+        rows = con.execute("SELECT outcome, code, usage_source FROM requests").fetchall()
+    assert rows == [("client_closed", 0, "estimated")]

@@ -254,3 +254,23 @@ def test_hourly_rollup_matches_the_requests_and_ignores_duplicates(db_url: str, 
         assert sorted(store.hourly(a, b, None)) == sorted(scan(store, a, b, None))
         assert sorted(store.hourly(a, b, "b")) == sorted(scan(store, a, b, "b"))
         assert 0 < sum(r[9] for r in store.hourly(a, b, None)) < 50
+
+
+def test_batches_of_every_size_go_in_once_each(db_url: str, ledgers: list[Ledger]) -> None:
+    # Batches are written as multi-row statements of power-of-two sizes: sizes that need
+    # every chunk, with ids already stored mixed in, must each land exactly once.
+    ledger = Ledger(db_url, batch_size=1000)
+    ledgers.append(ledger)
+    ledger.start()
+    writer = ledger.store.writer()
+    try:
+        assert writer.insert_many([full_record(i) for i in range(0, 511)]) == 511
+        again = [full_record(i, tenant="dup") for i in range(400, 511)] + [full_record(i) for i in range(511, 900)]
+        random.Random(3).shuffle(again)
+        assert writer.insert_many(again) == 389
+        assert writer.insert_many([]) == 0
+    finally:
+        writer.close()
+    back = list(ledger.rows(*EVER))
+    assert [r.id for r in back] == [f"req-{i:08d}" for i in range(900)]
+    assert all(r.tenant == "search-team" for r in back) and back[450] == full_record(450)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
 
-from pricing import Cost, Price, PriceBook, cost, default_tables_dir, format_usd, load_dir
+from pricing import Cost, Price, PriceBook, Resolution, cost, default_tables_dir, format_usd, load_dir
+from pricing.calculator import cost_at
 
 T0 = datetime(2026, 10, 23, tzinfo=UTC)
 NOV = datetime(2026, 11, 15, tzinfo=UTC)
@@ -85,3 +86,30 @@ def test_missing_tier_falls_back_to_standard_and_says_so() -> None:
     found = PriceBook([price()]).resolve("m", "highspeed", NOV)
     assert found is not None and found.tier_fallback and found.price.tier == "standard"
     assert PriceBook([price()]).resolve("nope", "standard", NOV) is None
+
+
+def test_memoised_resolution_follows_every_entry_change_exactly() -> None:
+    # Entries take effect at odd instants (not on the hour), per tier and per upstream; the
+    # memo must give what resolve() gives at every instant around each change.
+    t1 = datetime(2026, 11, 3, 14, 7, 31, 250_000, tzinfo=UTC)
+    t2 = datetime(2026, 11, 20, 9, 0, 0, 1, tzinfo=UTC)
+    book = PriceBook([price(), price(at=t1, inp="3"), price("highspeed", t2, inp="4"),
+                      price(at=t2, inp="5", upstream="vllm")])
+    us = timedelta(microseconds=1)
+    instants = [T0 - us, T0, t1 - us, t1, t1 + us, t2 - us, t2, t2 + timedelta(days=40)]
+    for _ in range(2):  # the second pass reads the memo
+        for at in instants:
+            for tier in ("standard", "highspeed", "no-such-tier"):
+                for upstream in (None, "vllm", "other"):
+                    found = book.resolve("m", tier, at, upstream)
+                    got = book.resolve_units("m", tier, at, upstream)
+                    if found is None:
+                        assert got is None
+                        continue
+                    assert got is not None and got[0] == found
+                    assert cost_at(got[1], 5, 7, 11, 13) == cost(found.price, 5, 7, 11, 13)
+    fallback = book.resolve_units("m", "highspeed", t2 - us)
+    assert fallback is not None and fallback[0].tier_fallback and fallback[0].price.input == Decimal("3")
+    assert fallback[1] == (30000, 2000, 20000, 100000)
+    assert book.resolve_units("m", "highspeed", t2, "vllm") == (Resolution(price("highspeed", t2, inp="4"), False),
+                                                                (40000, 2000, 20000, 100000))
