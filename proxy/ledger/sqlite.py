@@ -38,6 +38,24 @@ _SELECT = f"SELECT {', '.join(COLUMNS)} FROM requests"
 _FETCH = 1024
 _BUCKET_OF = f"SELECT MAX(lo) FROM input_side_bounds WHERE lo <= {INPUT_SIDE}"  # migration 003
 _DENSE = 4  # read a rowid run when at most this many rowids per row in range
+# Migration 004: the batch's new rows are added to 002's rollup and 003's histogram here.
+_ADD_TO_ROLLUP = "INSERT INTO hourly_rollup " + HOURLY_SQL.format(where="rowid > ?") + """
+ON CONFLICT (hour, model, unpriced_model, tier, upstream, tenant, tag, workload, metered) DO UPDATE SET
+    requests = requests + excluded.requests,
+    input_tokens = input_tokens + excluded.input_tokens,
+    cache_read_tokens = cache_read_tokens + excluded.cache_read_tokens,
+    cache_write_tokens = cache_write_tokens + excluded.cache_write_tokens,
+    output_tokens = output_tokens + excluded.output_tokens,
+    reasoning_tokens = reasoning_tokens + excluded.reasoning_tokens,
+    estimated = estimated + excluded.estimated,
+    unpriced = unpriced + excluded.unpriced,
+    cost_units = cost_units + excluded.cost_units"""
+_ADD_TO_HISTOGRAM = f"""
+INSERT INTO input_side_histogram
+SELECT start / {HOUR_US}, tenant, ({_BUCKET_OF}), COUNT(*) FROM requests
+WHERE rowid > ? AND endpoint IN ({METERED_SQL})
+GROUP BY 1, 2, 3
+ON CONFLICT (hour, tenant, bucket) DO UPDATE SET requests = requests + excluded.requests"""
 
 
 class SqliteStore:
@@ -222,12 +240,17 @@ class SqliteWriter:
         rows = [to_row(r) for r in records]
         try:
             self.con.execute("BEGIN IMMEDIATE")
+            # New rows get rowids above the largest so far; duplicates skipped get none.
+            [(before,)] = self.con.execute("SELECT COALESCE(MAX(rowid), 0) FROM requests").fetchall()
             added, at = 0, 0
             for size in _CHUNKS:
                 while len(rows) - at >= size:
                     params = [v for row in rows[at:at + size] for v in row]
                     added += self.con.execute(_insert(size), params).rowcount
                     at += size
+            if added:
+                self.con.execute(_ADD_TO_ROLLUP, (before,))
+                self.con.execute(_ADD_TO_HISTOGRAM, (before,))
             self.con.execute("COMMIT")
             return added
         except sqlite3.Error as e:

@@ -12,7 +12,7 @@ import pytest
 
 from proxy.ledger import Ledger
 from proxy.ledger.sqlite import SqliteStore
-from proxy.ledger.store import COLUMNS, HOURLY_SQL, sqlite_path, to_micros
+from proxy.ledger.store import COLUMNS, HOURLY_SQL, sqlite_path, to_micros, to_row
 from proxy.record import Record
 from tests.ledger.helpers import EVER, T0, full_record
 
@@ -60,13 +60,13 @@ def test_table_has_one_column_per_record_field(tmp_path: Path, db_url: str, ledg
     finally:
         con.close()
     assert cols == list(COLUMNS) == [f.name for f in fields(Record)]
-    assert versions == [1, 2, 3] and mode == "wal"
+    assert versions == [1, 2, 3, 4] and mode == "wal"
     assert {"requests_start", "requests_tenant_start"} <= indexes
 
 
 def test_migrations_run_once(db_url: str) -> None:
     first = Ledger(db_url)
-    assert first.store.migrate() == 3
+    assert first.store.migrate() == 4
     assert Ledger(db_url).store.migrate() == 0
 
 
@@ -274,3 +274,39 @@ def test_batches_of_every_size_go_in_once_each(db_url: str, ledgers: list[Ledger
     back = list(ledger.rows(*EVER))
     assert [r.id for r in back] == [f"req-{i:08d}" for i in range(900)]
     assert all(r.tenant == "search-team" for r in back) and back[450] == full_record(450)
+
+
+@pytest.mark.sqlite_only
+def test_a_ledger_from_before_migration_004_keeps_exact_rollups_across_the_upgrade(tmp_path: Path) -> None:
+    # Rows written while 002/003's row triggers kept the rollups, then the upgrade that
+    # drops them, then rows whose batches keep the rollups themselves: no row counted
+    # twice or missed, duplicates of old rows included.
+    from proxy.ledger import migrations
+    path = tmp_path / "old.db"
+    con = sqlite3.connect(path, isolation_level=None)
+    con.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, "
+                "applied_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)")
+    for m in migrations.load("sqlite")[:3]:
+        con.executescript(m.sql)
+        con.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", (m.version, m.name))
+    old = [full_record(i, start=T0 + timedelta(minutes=13 * i), tenant=("a", "b")[i % 2]) for i in range(40)]
+    con.executemany(f"INSERT INTO requests ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
+                    [to_row(r) for r in old])  # as the old writer did: the triggers count them
+    con.close()
+    store = SqliteStore(path)
+    assert store.migrate() == 1
+    writer = store.writer()
+    new = [full_record(i, start=T0 + timedelta(minutes=13 * i), tenant=("a", "c")[i % 2],
+                       endpoint=("chat", "models")[i % 5 == 0]) for i in range(40, 90)]
+    assert writer.insert_many(old[30:] + new) == 50
+    writer.close()
+    lo, hi = datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC)
+    rolled = sorted(store.hourly(lo, hi, None))
+    assert rolled == sorted(scan(store, lo, hi, None)) and sum(r[9] for r in rolled) == 90
+    con = sqlite3.connect(path)
+    try:
+        counted = con.execute("SELECT SUM(requests) FROM input_side_histogram").fetchone()[0]
+        triggers = con.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall()
+    finally:
+        con.close()
+    assert counted == 90 - 10 and triggers == []  # models calls are not metered
