@@ -2,9 +2,10 @@
 
     python bench/ledger.py [--records 100000] [--db sqlite:///tmp/x.db] [--out bench/results/ledger.json]
 
-Each record goes in the way a request's does: `Ledger.append` (one journal write, then the
-in-memory backlog) on the calling thread, and the ledger's own importer thread moves the
-backlog into the database in batches (with the hourly rollup trigger of migration 002).
+Each record goes in through `Ledger.append` (one journal write each, then the in-memory
+backlog) on the calling thread; the proxy journals a loop turn's records with one write,
+so this is the slower case. The ledger's own importer thread moves the backlog into the
+database in batches (each batch also adds to the hourly rollup and the size histogram).
 The clock runs from the first append until `flush()` says everything is committed, so
 the rate is what the database sustains, not just what the journal takes.
 """

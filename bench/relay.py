@@ -9,8 +9,10 @@ bench/.venv-litellm holds it (`make bench-litellm`), LiteLLM's proxy with its pr
 callback, all pricing kimi-k3.1-pro alike. For each path: sequential keep-alive latency
 (non-streamed p50/p99), time to first byte of a stream, throughput with wrk (Debian
 package `wrk`) at 1, 32 and 128 connections, streamed and not, the CPU seconds the path's
-own processes spend per 1,000 requests, and their peak RSS. Ratios against direct and
-against LiteLLM, and the targets, go to the JSON file too.
+own processes spend per 1,000 requests, and their peak RSS. Then a fresh llmmeter's RSS
+under wrk at 128 connections before any token estimate, and after the estimates of the
+requests wrk abandons when it stops (the first estimate loads tiktoken's vocabulary).
+Ratios against direct and against LiteLLM, and the targets, go to the JSON file too.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ UPSTREAM_DEFAULTS = {"x-fake-usage": json.dumps({"prompt": 1200, "cached": 1000,
 CONNECTIONS = (1, 32, 128)
 TCK = os.sysconf("SC_CLK_TCK")
 TARGETS = {"added_p50_ms": 1.0, "added_p99_ms": 5.0, "added_stream_ttfb_ms": 1.0, "rps_32_vs_direct": 0.5,
-           "rps_32_stream_vs_direct": 0.4, "peak_rss_mb": 80.0}
+           "rps_32_stream_vs_direct": 0.4, "peak_rss_mb": 80.0, "peak_rss_mb_before_any_estimate": 80.0}
 
 
 def free_port() -> int:
@@ -129,17 +131,47 @@ def cpu_s(pids: list[int]) -> float:
     return total
 
 
-def rss_mb(pids: list[int]) -> float:
-    """Peak RSS (VmHWM), summed over the processes that serve."""
+def rss_mb(pids: list[int], field: str = "VmHWM") -> float:
+    """Peak RSS (VmHWM), or with field="VmRSS" the current one, summed over the processes that serve."""
     total = 0
     for p in pids:
         try:
             for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
+                if line.startswith(field + ":"):
                     total += int(line.split()[1])
         except OSError:
             continue
     return total / 1024
+
+
+def rss_probe(cmd: list[str], port: int, env: dict[str, str], cwd: Path, a: argparse.Namespace,
+              headers: dict[str, str]) -> dict[str, float]:
+    """A fresh llmmeter under wrk at 128 connections, RSS sampled every 50 ms. Until wrk stops,
+    every request reports usage, so nothing is estimated; at its stop wrk abandons the
+    requests in flight, which are estimated (client_closed) and load tiktoken's vocabulary."""
+    import threading
+
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_up(port, proc)
+        pids, samples, stop = tree(proc.pid), [], threading.Event()
+
+        def sample() -> None:
+            while not stop.wait(0.05):
+                samples.append(rss_mb(pids, "VmRSS"))
+
+        before = rss_mb(pids, "VmRSS")
+        t = threading.Thread(target=sample)
+        t.start()
+        threading.Timer(a.duration - 0.3, stop.set).start()  # stop sampling just before wrk stops
+        wrk(port, a.duration, 128, False, headers, pids)
+        t.join()
+        time.sleep(2)  # the abandoned requests' estimates
+        return {"idle_mb": before, "under_load_before_any_estimate_mb": max(samples, default=before),
+                "after_first_estimates_mb": rss_mb(pids, "VmRSS")}
+    finally:
+        proc.terminate()
+        proc.wait(20)
 
 
 def wrk(port: int, duration: int, connections: int, stream: bool, headers: dict[str, str],
@@ -274,6 +306,11 @@ def main() -> None:
             results["litellm"] = litellm_note
         for name, (proc, port) in procs.items():
             results["paths"][name] = measure(name, port, [proc.pid], a, headers)
+        probe = free_port()
+        print("  llmmeter: RSS under load before any estimate", file=sys.stderr)
+        results["paths"]["llmmeter"]["rss_probe"] = rss_probe(
+            [py, "-m", "proxy", "serve", "--port", str(probe), "--upstream", f"http://127.0.0.1:{up}/v1",
+             "--db", f"sqlite:///{tmp}/probe.db"], probe, env, tmp, a, headers)
         results["machine"]["load_avg_end"] = os.getloadavg()
         summarize(results, tmp / "bench.db")
         a.out.parent.mkdir(parents=True, exist_ok=True)
@@ -314,7 +351,8 @@ def summarize(results: dict[str, Any], db: Path) -> None:
               "added_stream_ttfb_ms": added["added_stream_ttfb_ms"],
               "rps_32_vs_direct": ratios["wrk_32_llmmeter_vs_direct"],
               "rps_32_stream_vs_direct": ratios["wrk_32_stream_llmmeter_vs_direct"],
-              "peak_rss_mb": m["peak_rss_mb"]}
+              "peak_rss_mb": m["peak_rss_mb"],
+              "peak_rss_mb_before_any_estimate": m["rss_probe"]["under_load_before_any_estimate_mb"]}
     results["targets"] = {
         k: {"value": v, "target": TARGETS[k],
             "met": None if v is None else (v >= TARGETS[k] if k.startswith("rps") else v <= TARGETS[k])}
@@ -338,6 +376,10 @@ def report(results: dict[str, Any]) -> None:
         v = t["value"]
         print(f"  {k:<24} {'n/a' if v is None else f'{v:.3f}':>8}  target {t['target']}  "
               f"{'met' if t['met'] else 'NOT met'}")
+    probe = results["paths"]["llmmeter"]["rss_probe"]
+    print(f"llmmeter RSS (fresh process, wrk 128 connections): idle {probe['idle_mb']:.0f} MB, under load "
+          f"{probe['under_load_before_any_estimate_mb']:.0f} MB, after its first estimates "
+          f"{probe['after_first_estimates_mb']:.0f} MB")
     print(f"llmmeter ledger rows: {results['llmmeter_ledger_rows']}; load average "
           f"{results['machine']['load_avg_start']} -> {results['machine']['load_avg_end']}")
 

@@ -78,10 +78,11 @@ class RelayProtocol(HeadLimitedProtocol):
     ASGI tells an app that its client left only through `receive()`, so an app must keep a
     task waiting in it; on Python 3.11 that task and its wait cost three getpid() syscalls
     per request. Instead, scope["extensions"][DISCONNECT] takes a callable (or None), called
-    once if the connection is lost while it is set.
+    once if the connection is lost while it is set (at once if it already was).
     """
 
     _on_lost: Callable[[], None] | None = None
+    _lost = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         wrapped: Any = CoalescingTransport(cast(asyncio.Transport, transport), self.loop)
@@ -93,10 +94,14 @@ class RelayProtocol(HeadLimitedProtocol):
         self.scope["extensions"] = extensions
 
     def _watch(self, callback: Callable[[], None] | None) -> None:
+        if callback is not None and self._lost:  # the client left before the relay began to watch
+            callback()
+            return
         self._on_lost = callback
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
+        self._lost = True
         callback, self._on_lost = self._on_lost, None
         if callback is not None:
             callback()
