@@ -55,7 +55,7 @@ class LLMMeter:
         s = parts.settings
         self.parts = parts
         self.pool = Pool(s)
-        estimator = Estimator(s.estimate.encoding, s.estimate.per_model)
+        estimator = Estimator(s.estimate.encoding, s.estimate.per_model, engine=s.estimate.engine)
         self.group = GroupCommit(parts.ledger.append_many)
         meter = Meter(parts.book, estimator, s.workloads, self.group, parts.metrics)
         self.relay = Relay(s, Router(s.upstreams), self.pool, meter, parts.metrics)

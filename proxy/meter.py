@@ -8,11 +8,10 @@ last byte leaves) and counts it in the metrics.
 
 from __future__ import annotations
 
-import asyncio
 import random
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
@@ -99,18 +98,19 @@ class Meter:
                      completion_text: Callable[[], str]) -> Record:
         usage, source = observed.usage, "upstream"
         if self.needs_estimate(ex, observed):
-            # tiktoken's first load takes a second: keep it off the event loop.
-            usage = await asyncio.to_thread(self._estimate, ex, observed, completion_text)
+            model = observed.model or ex.model_requested
+            usage = await self.estimator.settle(model, self._estimate(ex, observed, model, completion_text))
             source = "estimated"
         return self.record(ex, observed, usage, source)
 
-    def _estimate(self, ex: Exchange, observed: Observed, completion_text: Callable[[], str]) -> Usage:
-        model = observed.model or ex.model_requested
+    def _estimate(self, ex: Exchange, observed: Observed, model: str | None,
+                  completion_text: Callable[[], str]) -> Generator[None, None, Usage]:
+        count = self.estimator.text_steps
         if observed.usage is not None:  # input reported, output not: count only what was relayed
-            output = self.estimator.count_text(model, completion_text())
+            output = yield from count(model, completion_text())
             return replace(observed.usage, output_tokens=max(observed.usage.output_tokens, output))
-        prompt = self.estimator.prompt_tokens(ex.endpoint, model, ex.request)
-        output = 0 if ex.endpoint == "embeddings" else self.estimator.count_text(model, completion_text())
+        prompt = yield from self.estimator.prompt_steps(ex.endpoint, model, ex.request)
+        output = 0 if ex.endpoint == "embeddings" else (yield from count(model, completion_text()))
         return Usage(input_tokens=prompt, cache_read_tokens=0, cache_write_tokens=0,
                      output_tokens=output, reasoning_tokens=None)
 

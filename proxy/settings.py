@@ -59,6 +59,7 @@ class Workloads:
 class Estimate:
     encoding: str = "o200k_base"
     per_model: tuple[tuple[tuple[str, ...], str], ...] = ()
+    engine: str = "compact"  # compact | tiktoken (proxy/tokens.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +116,7 @@ _SCHEMA: dict[str, set[str]] = {
     "ledger": {"url", "journal_dir", "fsync"},
     "pricing": {"dir"},
     "workloads": {"medium", "long", "very_long"},
-    "estimate": {"encoding", "model"},
+    "estimate": {"encoding", "model", "engine"},
     "selfhost": {"nodes", "node_capex_usd", "amortization_months", "power_kw_per_node",
                  "usd_per_kwh", "ops_usd_per_month", "node_prefill_tokens_per_s",
                  "node_decode_tokens_per_s"},
@@ -434,7 +435,10 @@ def _estimate(c: _Checker, d: Mapping[str, Any]) -> Estimate:
         if e not in encodings:
             c.fail("estimate.model", "encoding", i, f"encoding must be one of {', '.join(encodings)}")
         per_model.append((c.globs("estimate.model", m, "match", i), e))
-    return Estimate(enc, tuple(per_model))
+    engine = c.str_("estimate", d, "engine", "compact")
+    if engine not in ("compact", "tiktoken"):
+        c.fail("estimate", "engine", 0, "engine must be one of compact, tiktoken")
+    return Estimate(enc, tuple(per_model), engine)
 
 
 def _selfhost(c: _Checker, d: Mapping[str, Any]) -> SelfHost:

@@ -70,6 +70,8 @@ def test_full_config_loads(tmp_path: Path) -> None:
     assert s.tier_aliases == (("turbo", "highspeed"),)
     assert s.selfhost.nodes == 1 and "nodes" in s.selfhost.overridden
     assert s.monthly_budget_usd == Decimal("1000")
+    assert s.estimate.engine == "compact"  # the default
+    assert load(write(tmp_path, FULL + "\n[estimate]\nengine = \"tiktoken\"\n"), env={}).estimate.engine == "tiktoken"
 
 
 def test_precedence_flag_over_env_over_file(tmp_path: Path) -> None:
@@ -95,6 +97,7 @@ def test_precedence_flag_over_env_over_file(tmp_path: Path) -> None:
     ("[workloads]\nmedium = 5000\nlong = 4000\n", 1, "must grow"),
     ("[budget]\nmonthly_usd = 12.5\n", 2, "decimal string"),
     ("[server\nport = 1\n", 1, "Expected"),
+    ("[estimate]\nencoding = \"o200k_base\"\nengine = \"rust\"\n", 3, "engine must be one of compact, tiktoken"),
 ])
 def test_bad_config_names_file_and_line(tmp_path: Path, text: str, line: int, words: str) -> None:
     path = write(tmp_path, text)

@@ -1,4 +1,4 @@
-"""The offline estimator: exact ids, no network, the cookbook recipe, odd bodies, threads."""
+"""The offline estimator, both engines: no network, the cookbook recipe, odd bodies, threads."""
 
 from __future__ import annotations
 
@@ -46,11 +46,12 @@ sys.addaudithook(audit)
 
 from pathlib import Path
 import tiktoken, tiktoken.load
-import proxy.tokens
+import proxy.bpe, proxy.tokens
 watched = {
     tiktoken.load.read_file.__code__: "read_file",  # tiktoken's downloader
     tiktoken.get_encoding.__code__: "get_encoding",
     proxy.tokens.unpack_vocabulary.__code__: "unpack_vocabulary",
+    proxy.bpe.CompactBpe.__init__.__code__: "compact",
 }
 calls = dict.fromkeys(watched.values(), 0)
 def profile(frame, event, arg):
@@ -63,7 +64,8 @@ cache = os.environ.get("PROBE_CACHE_DIR")
 n = int(os.environ.get("PROBE_THREADS", "1"))
 counts = {}
 for name in os.environ.get("PROBE_ENCODINGS", "o200k_base").split(","):
-    est = proxy.tokens.Estimator(name, cache_dir=Path(cache) if cache else None)
+    est = proxy.tokens.Estimator(name, cache_dir=Path(cache) if cache else None,
+                                 engine=os.environ.get("PROBE_ENGINE", "tiktoken"))
     barrier, got = threading.Barrier(n), []
     def work():
         barrier.wait()
@@ -108,18 +110,33 @@ def assert_offline(result: dict[str, Any]) -> None:
 # --- offline loading -------------------------------------------------------------
 
 
-def test_counts_under_unshare_without_network(tmp_path: Path) -> None:
+def can_unshare() -> bool:
     try:
-        works = subprocess.run(["unshare", "-n", "true"], capture_output=True, timeout=10).returncode == 0
+        return subprocess.run(["unshare", "-n", "true"], capture_output=True, timeout=10).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
-        works = False
-    require(works, "`unshare -n true` failed: cannot run a process without network here")
+        return False
+
+
+def test_counts_under_unshare_without_network(tmp_path: Path) -> None:
+    require(can_unshare(), "`unshare -n true` failed: cannot run a process without network here")
     result = probe(tmp_path, ("unshare", "-n"), PROBE_ENCODINGS="o200k_base,cl100k_base")
     assert result["counts"] == {"o200k_base": [2], "cl100k_base": [2]}
     default = tmp_path / "xdg" / "llmmeter" / "tiktoken"  # TIKTOKEN_CACHE_DIR was unset
     assert result["cache_dir"] == str(default)
     for name in SUPPORTED_ENCODINGS:
         assert cache_file(default, name).is_file()
+    assert_offline(result)
+
+
+def test_the_compact_engine_counts_offline_and_writes_nothing(tmp_path: Path) -> None:
+    require(can_unshare(), "`unshare -n true` failed: cannot run a process without network here")
+    result = probe(tmp_path, ("unshare", "-n"), PROBE_ENCODINGS="o200k_base,cl100k_base",
+                   PROBE_ENGINE="compact", PROBE_THREADS="4")
+    assert result["counts"] == {"o200k_base": [2] * 4, "cl100k_base": [2] * 4}
+    assert result["calls"]["compact"] == 2  # once per encoding, however many threads asked
+    assert result["calls"]["get_encoding"] == result["calls"]["unpack_vocabulary"] == 0
+    assert result["cache_dir"] is None  # tiktoken's cache is not touched
+    assert not (tmp_path / "xdg").exists() and not (tmp_path / "home").exists()
     assert_offline(result)
 
 
@@ -189,17 +206,25 @@ def test_a_corrupt_cache_file_is_replaced(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def est(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Estimator]:
+def tiktoken_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path_factory.mktemp("tiktoken")))
-        e = Estimator("o200k_base", [(["gpt-4", "gpt-4-0*"], "cl100k_base")])
+        e = Estimator(engine="tiktoken")
         for name in SUPPORTED_ENCODINGS:
             e.load(name)
-        yield e
+        yield
+
+
+@pytest.fixture(scope="module", params=["compact", "tiktoken"])
+def est(request: pytest.FixtureRequest, tiktoken_cache: None) -> Estimator:
+    e = Estimator("o200k_base", [(["gpt-4", "gpt-4-0*"], "cl100k_base")], engine=request.param)
+    for name in SUPPORTED_ENCODINGS:
+        e.load(name)
+    return e
 
 
 @pytest.fixture(scope="module")
-def o200k(est: Estimator) -> tiktoken.Encoding:
+def o200k(tiktoken_cache: None) -> tiktoken.Encoding:
     return tiktoken.get_encoding("o200k_base")  # tiktoken's own, for independent expectations
 
 
@@ -208,8 +233,8 @@ def n(enc: tiktoken.Encoding, text: str) -> int:
 
 
 def test_hello_world_ids(est: Estimator) -> None:
-    assert est.load("o200k_base").encode("hello world") == [24912, 2375]
-    assert est.load("cl100k_base").encode("hello world") == [15339, 1917]
+    assert tiktoken.get_encoding("o200k_base").encode("hello world") == [24912, 2375]
+    assert tiktoken.get_encoding("cl100k_base").encode("hello world") == [15339, 1917]
     assert est.count_text("gpt-4o", "hello world") == 2
     assert est.count_text("gpt-4", "hello world") == 2
     assert est.count_text(None, "") == 0
@@ -234,6 +259,8 @@ def test_unsupported_encodings_fail_at_construction() -> None:
         Estimator("r50k_base")
     with pytest.raises(ValueError, match="gpt2"):
         Estimator(per_model=[(["x*"], "gpt2")])
+    with pytest.raises(ValueError, match="compact, tiktoken"):
+        Estimator(engine="rust")
 
 
 def test_recipe_constants_are_the_cookbooks() -> None:

