@@ -247,7 +247,7 @@ def measure(name: str, port: int, pids: list[int], a: argparse.Namespace, header
     r: dict[str, Any] = {"p50_ms": statistics.median(lat) * 1000, "p99_ms": pct(lat, 0.99) * 1000,
                          "stream_ttfb_p50_ms": statistics.median(ttfb) * 1000, "sequential_requests": n,
                          # Before wrk: no request was abandoned yet, so llmmeter has estimated nothing
-                         # (an estimate loads the o200k vocabulary: 13 MB compact, 42 MB with tiktoken).
+                         # (an estimate loads the o200k vocabulary: 8 MB compact, 43 MB with tiktoken).
                          "peak_rss_mb_sequential": rss_mb(tree(pids[0]))}
     for stream in (False, True):
         for c in CONNECTIONS:

@@ -208,5 +208,5 @@ def test_the_compact_o200k_costs_a_fraction_of_tiktokens_memory(tmp_path: Path) 
         return float(done.stdout)
 
     compact, tiktoken_mb = cost("compact"), cost("tiktoken")
-    assert compact < 15, compact  # the SPEC's figure is ~10 MB
+    assert compact < 10, compact  # 7.6 MB measured: the arrays' 6.9 and little else
     assert tiktoken_mb > 3 * compact, (compact, tiktoken_mb)
