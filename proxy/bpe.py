@@ -28,9 +28,10 @@ import heapq
 from array import array
 from collections.abc import Generator, Iterator
 from importlib import resources
-from typing import TypeVar
 
 import regex
+
+from proxy.tokens import run
 
 # tiktoken's own patterns (tiktoken_ext/openai_public.py, tiktoken 0.14); tests check they match.
 PATTERNS = {
@@ -65,7 +66,6 @@ CHUNK = 1024  # characters pre-tokenised per findall
 MARGIN = 16  # characters at a window's end whose pieces wait for the next window
 _CACHE = 8192  # distinct pieces remembered; cleared when full, so memory stays bounded
 _ABSENT = -1
-T = TypeVar("T")
 
 
 def unassigned_ranges() -> list[tuple[int, int]]:
@@ -280,12 +280,3 @@ def _windows(pattern: regex.Pattern[str], text: str, chunk: int) -> Iterator[lis
             continue
         yield found[:kept]
         pos = upto
-
-
-def run(steps: Generator[None, None, T]) -> T:
-    """Drive a counting generator to its end without pausing."""
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]

@@ -16,8 +16,8 @@ import pytest
 import regex
 import tiktoken
 
-from proxy.bpe import CHUNK, LONG, MARGIN, SLICE, CompactBpe, _windows, compile_pattern, run, unassigned_ranges
-from proxy.tokens import SUPPORTED_ENCODINGS, VOCABULARIES, Estimator
+from proxy.bpe import CHUNK, LONG, MARGIN, SLICE, CompactBpe, _windows, compile_pattern, unassigned_ranges
+from proxy.tokens import SUPPORTED_ENCODINGS, VOCABULARIES, Estimator, run
 
 ROOT = Path(__file__).resolve().parent.parent
 
