@@ -47,11 +47,11 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 def _fill(disk: Path) -> Path:
     """Write a file until the disk says ENOSPC."""
     filler = disk / "filler"
-    with filler.open("wb") as f:
+    # Unbuffered: a buffered file would retry its unwritten tail at close and raise ENOSPC there.
+    with filler.open("wb", buffering=0) as f:
         try:
             while True:
                 f.write(b"\0" * 65536)
-                f.flush()
         except OSError as e:
             assert e.errno == errno.ENOSPC
     # Small writes can still fit in the last partial page: take those too.
@@ -111,15 +111,27 @@ def _unwritable(proxy: Served) -> bool:
     return status == 503 and body["ready"] is False and body["ledger_writable"] is False
 
 
-def _send_until_refused(proxy: Served, n: int) -> list[str]:
-    """Rounds of n requests until the ledger's database refuses a write. How many still fit
-    on the full disk (in pages SQLite already holds, or a WAL it restarts) varies from run to
-    run; every request must succeed meanwhile."""
+def _send_until_refused(proxy: Served, n: int) -> tuple[list[str], float, set[str]]:
+    """Rounds of n requests until the ledger's database refuses a write and some of them are
+    left waiting. How many still fit on the full disk (in pages SQLite already holds, or a
+    WAL it restarts; a refused batch can land on its retry) varies from run to run; every
+    request must succeed meanwhile. Returns what was sent, and the pending count and the
+    waiting records seen together (pending read first: a record waiting after it was pending)."""
     sent: list[str] = []
+    seen: tuple[float, set[str]] = (0.0, set())
+
+    def refused() -> bool:
+        nonlocal seen
+        if not _unwritable(proxy):
+            return False
+        pending = proxy.metric("llmmeter_ledger_pending_records")
+        seen = (pending, set(sent) - set(_rows(proxy.db)))
+        return bool(seen[1])
+
     for _ in range(20):
         sent += _send(proxy, n)
-        if wait_until(lambda: _unwritable(proxy), timeout=5):
-            return sent
+        if wait_until(refused, timeout=5):
+            return sent, *seen
     raise AssertionError(f"the database still took writes after {len(sent)} requests on a full disk")
 
 
@@ -133,13 +145,10 @@ def test_full_disk_under_the_database_with_the_journal_elsewhere(
         assert wait_until(lambda: len(_rows(proxy.db)) == 4)
         filler = _fill(small_disk)
 
-        during = _send_until_refused(proxy, 30)  # the proxy keeps relaying
+        during, pending, waiting = _send_until_refused(proxy, 30)  # the proxy keeps relaying
         # Some writes still fit (in pages the database already had, or ones SQLite frees when it
         # drops its WAL on reconnecting): the rest waits, counted, and each one is in the journal.
-        pending = proxy.metric("llmmeter_ledger_pending_records")
-        journaled = set(_journaled(journal))
-        waiting = set(during) - set(_rows(proxy.db))
-        assert pending >= len(waiting) > 0 and waiting <= journaled
+        assert pending >= len(waiting) > 0 and waiting <= set(_journaled(journal))
 
         filler.unlink()
         (small_disk / "filler2").unlink()
@@ -160,7 +169,7 @@ def test_full_disk_under_database_and_journal_keeps_records_in_memory(
         before = _send(proxy, 2)
         assert wait_until(lambda: len(_rows(proxy.db)) == 2)
         filler = _fill(small_disk)
-        during = _send_until_refused(proxy, 20)
+        during, _, _ = _send_until_refused(proxy, 20)
         assert "database or disk is full" in proxy.output()
         filler.unlink()
         (small_disk / "filler2").unlink()
