@@ -9,7 +9,8 @@ bench/.venv-litellm holds it (`make bench-litellm`), LiteLLM's proxy with its pr
 callback, all pricing kimi-k3.1-pro alike. For each path: sequential keep-alive latency
 (non-streamed p50/p99), time to first byte of a stream, throughput with wrk (Debian
 package `wrk`) at 1, 32 and 128 connections, streamed and not, the CPU seconds the path's
-own processes spend per 1,000 requests, and their peak RSS. Then a fresh llmmeter's RSS
+own processes spend per 1,000 requests, and their peak RSS (a 1 s wrk warm-up precedes the
+throughput runs, so they measure steady state). Then a fresh llmmeter's RSS
 under wrk at 128 connections before any token estimate, and after the estimates of the
 requests wrk abandons when it stops (the first estimate loads the o200k vocabulary).
 Ratios against direct and against LiteLLM, and the targets, go to the JSON file too.
@@ -249,6 +250,11 @@ def measure(name: str, port: int, pids: list[int], a: argparse.Namespace, header
                          # Before wrk: no request was abandoned yet, so llmmeter has estimated nothing
                          # (an estimate loads the o200k vocabulary: 8 MB compact, 43 MB with tiktoken).
                          "peak_rss_mb_sequential": rss_mb(tree(pids[0]))}
+    # Warm-up, for every path alike: the requests wrk abandons when it stops are estimated, and
+    # llmmeter's first estimate loads the vocabulary (~0.7 s of CPU, once per process). Left to
+    # the first measured run, that one-off cost would land inside it; throughput is steady state.
+    wrk(port, 1, 32, False, headers, tree(pids[0]))
+    time.sleep(2)
     for stream in (False, True):
         for c in CONNECTIONS:
             print(f"  {name}: wrk {c} connections{' streamed' if stream else ''}", file=sys.stderr)

@@ -21,7 +21,10 @@ EXPORT_COLUMNS: tuple[str, ...] = (
 COST_UNITS_PER_USD = UNITS_PER_USD
 
 
-@dataclass(slots=True)
+# No slots: orjson writes a dict-backed dataclass from its __dict__ in about a third of the
+# time a slotted one takes (0.6 against 1.6 µs), and the journal writes every record on the
+# event loop. The cost is ~90 bytes more per record held in the backlog.
+@dataclass
 class Record:
     """Everything llmmeter keeps about one request. Never prompt or completion text."""
 
