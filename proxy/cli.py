@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pricing import PriceBook, PriceTableError, check_dir, default_tables_dir, load_dir
 from proxy import settings as config
-from proxy.errors import ConfigError
+from proxy.errors import ConfigError, LLMMeterError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -31,6 +31,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, PriceTableError, ValueError) as e:
         print(f"llmmeter: {e}", file=sys.stderr)
         return 2
+    except LLMMeterError as e:  # a ledger that cannot be opened or is too new for this build
+        print(f"llmmeter: {e}", file=sys.stderr)
+        return 1
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -29,6 +29,7 @@ from proxy.ledger.store import (
     INPUT_SIDE,
     METERED_SQL,
     ROLLUP_SQL,
+    LedgerTooNew,
     StoreUnavailable,
     from_micros,
     from_row,
@@ -97,8 +98,11 @@ class PostgresStore:
                 con.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATE_LOCK,))
                 con.execute(_MIGRATIONS_TABLE)
                 applied = {v for (v,) in con.execute("SELECT version FROM schema_migrations")}
+                shipped = migrations.load("postgresql")
+                if newer := migrations.unknown(applied, shipped):
+                    raise LedgerTooNew(self.safe_url, newer)  # leaving the block rolls back
                 ran = 0
-                for m in migrations.load("postgresql"):
+                for m in shipped:
                     if m.version in applied:
                         continue
                     con.execute(m.sql.encode())  # no parameters: the whole file goes as one simple query

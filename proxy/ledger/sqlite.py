@@ -20,6 +20,7 @@ from proxy.ledger.store import (
     INPUT_SIDE,
     METERED_SQL,
     ROLLUP_SQL,
+    LedgerTooNew,
     StoreUnavailable,
     from_micros,
     from_row,
@@ -88,8 +89,12 @@ class SqliteStore:
             con.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
                         "name TEXT NOT NULL, applied_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)")
             applied = {v for (v,) in con.execute("SELECT version FROM schema_migrations")}
+            shipped = migrations.load()
+            if newer := migrations.unknown(applied, shipped):
+                con.execute("ROLLBACK")
+                raise LedgerTooNew(str(self.path), newer)
             ran = 0
-            for m in migrations.load():
+            for m in shipped:
                 if m.version in applied:
                     continue
                 for statement in _statements(m.sql):

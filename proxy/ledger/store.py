@@ -26,6 +26,15 @@ class StoreUnavailable(LLMMeterError):
     """The database refused a write or read (locked, full, gone); the ledger retries."""
 
 
+class LedgerTooNew(LLMMeterError):
+    """The ledger has migrations this llmmeter does not know; it is not written to."""
+
+    def __init__(self, where: str, versions: Sequence[int]) -> None:
+        names = ", ".join(f"{v:03d}" for v in versions)
+        super().__init__(f"{where}: the ledger has schema migration(s) {names}, newer than this llmmeter knows; "
+                         "it was upgraded by a newer llmmeter: run that version (or newer) against it")
+
+
 class Writer(Protocol):
     """One database connection, used by one thread only."""
 

@@ -10,6 +10,7 @@ on every backend and a ledger's `schema_migrations` reads the same wherever it l
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib.resources import files
 
@@ -49,3 +50,10 @@ def load(dialect: str = "sqlite") -> list[Migration]:
         name, sql = variants.get(None) or variants[dialect]
         out.append(Migration(version, name, sql))
     return out
+
+
+def unknown(applied: Iterable[int], shipped: Sequence[Migration]) -> list[int]:
+    """Versions a ledger records that this build does not ship: a newer llmmeter migrated it.
+    Writing to it anyway would skip what those versions keep (a rollup, a trigger's job)."""
+    known = {m.version for m in shipped}
+    return sorted(v for v in applied if v not in known)
