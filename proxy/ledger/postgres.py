@@ -22,12 +22,11 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from proxy.ledger import migrations
+from proxy.ledger.percentiles import input_side_percentiles
 from proxy.ledger.store import (
     COLUMNS,
     HOUR_US,
     HOURLY_SQL,
-    INPUT_SIDE,
-    METERED_SQL,
     ROLLUP_SQL,
     LedgerTooNew,
     StoreUnavailable,
@@ -170,18 +169,8 @@ class PostgresStore:
 
     def input_side_percentiles(self, start_from: datetime, start_to: datetime, tenant: str | None,
                                percents: Sequence[int]) -> dict[str, list[int]]:
-        """Exact nearest-rank percentiles of input-side tokens per metered request, per tenant.
-
-        percentile_disc(f) returns the row at rank ceil(f × N), which is nearest rank, but f
-        is a float: 0.07 × 100 is 7.000000000000001 and would take rank 8. Asking for the
-        float just below p/100 gives ceil(p × N / 100) exactly for any N below ~10^13.
-        """
-        where, params = _range(start_from, start_to, tenant)
-        fractions = [math.nextafter(int(p) / 100, 0) for p in percents]
-        rows = self._read(f"SELECT tenant, percentile_disc(%s::float8[]) WITHIN GROUP (ORDER BY {INPUT_SIDE}) "
-                          f"FROM requests WHERE {where} AND endpoint IN ({METERED_SQL}) GROUP BY tenant",
-                          (fractions, *params))
-        return {t: [int(v) for v in values] for t, values in rows}
+        """As SqliteStore's: exact nearest rank from the size histogram (proxy/ledger/percentiles.py)."""
+        return input_side_percentiles(self._read, _range, "%s", start_from, start_to, tenant, percents)
 
     def _read(self, sql: str, params: tuple[object, ...]) -> list[tuple[Any, ...]]:
         """One read on its own connection; every failure surfaces as StoreUnavailable."""

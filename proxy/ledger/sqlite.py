@@ -5,19 +5,18 @@ from __future__ import annotations
 import contextlib
 import functools
 import sqlite3
-from bisect import bisect_right
-from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from proxy.ledger import migrations
+from proxy.ledger.percentiles import input_side_percentiles
 from proxy.ledger.store import (
+    BUCKET_OF,
     COLUMNS,
     HOUR_US,
     HOURLY_SQL,
-    INPUT_SIDE,
     METERED_SQL,
     ROLLUP_SQL,
     LedgerTooNew,
@@ -37,7 +36,6 @@ _ROW = f"({', '.join('?' * len(COLUMNS))})"
 _CHUNKS = (256, 128, 64, 32, 16, 8, 4, 2, 1)  # 256 rows x 29 columns stays under SQLite's 32766 variables
 _SELECT = f"SELECT {', '.join(COLUMNS)} FROM requests"
 _FETCH = 1024
-_BUCKET_OF = f"SELECT MAX(lo) FROM input_side_bounds WHERE lo <= {INPUT_SIDE}"  # migration 003
 _DENSE = 4  # read a rowid run when at most this many rowids per row in range
 # Migration 004: the batch's new rows are added to 002's rollup and 003's histogram here.
 _ADD_TO_ROLLUP = "INSERT INTO hourly_rollup " + HOURLY_SQL.format(where="rowid > ?") + """
@@ -53,7 +51,7 @@ ON CONFLICT (hour, model, unpriced_model, tier, upstream, tenant, tag, workload,
     cost_units = cost_units + excluded.cost_units"""
 _ADD_TO_HISTOGRAM = f"""
 INSERT INTO input_side_histogram
-SELECT start / {HOUR_US}, tenant, ({_BUCKET_OF}), COUNT(*) FROM requests
+SELECT start / {HOUR_US}, tenant, ({BUCKET_OF}), COUNT(*) FROM requests
 WHERE rowid > ? AND endpoint IN ({METERED_SQL})
 GROUP BY 1, 2, 3
 ON CONFLICT (hour, tenant, bucket) DO UPDATE SET requests = requests + excluded.requests"""
@@ -157,51 +155,9 @@ class SqliteStore:
 
     def input_side_percentiles(self, start_from: datetime, start_to: datetime, tenant: str | None,
                                percents: Sequence[int]) -> dict[str, list[int]]:
-        """Exact nearest-rank percentiles of input-side tokens per metered request, per tenant.
-
-        Sorting a month of requests is what made this slow. Instead, migration 003's
-        histogram of size buckets shows which bucket holds each rank (the range's partial
-        edge hours counted from the requests), and only the requests inside those few
-        buckets are counted by exact size.
-        """
-        lo, hi = to_micros(start_from), to_micros(start_to)
-        first, last = whole_hours(lo, hi)
-        only = (" AND tenant = ?", (tenant,)) if tenant is not None else ("", ())
-        counts: dict[tuple[str, int], int] = defaultdict(int)
-        rows = self._read(f"SELECT tenant, bucket, SUM(requests) FROM input_side_histogram WHERE hour >= ? "
-                          f"AND hour < ?{only[0]} GROUP BY 1, 2", (first // HOUR_US, last // HOUR_US, *only[1]))
-        for a, b in ((lo, first), (last, hi)):
-            if a < b:
-                where, params = self._scan(from_micros(a), from_micros(b), tenant)
-                rows += self._read(f"SELECT tenant, ({_BUCKET_OF}), COUNT(*) FROM requests WHERE {where} "
-                                   f"AND endpoint IN ({METERED_SQL}) GROUP BY 1, 2", params)
-        for t, bucket, n in rows:
-            counts[(t, int(bucket))] += int(n)
-        histogram: dict[str, list[tuple[int, int]]] = defaultdict(list)
-        for (t, bucket), n in sorted(counts.items()):
-            histogram[t].append((bucket, n))
-        # For each tenant and percent: (bucket, rank within it), ranks counted from 1.
-        wanted = {t: [_locate(buckets, (sum(n for _, n in buckets) * int(p) + 99) // 100) for p in percents]
-                  for t, buckets in histogram.items()}
-        if not wanted:
-            return {}
-        bounds = [int(b) for (b,) in self._read("SELECT lo FROM input_side_bounds ORDER BY lo", ())]
-        upper = dict(zip(bounds, [*bounds[1:], None], strict=True))
-        # The size ranges wanted, whichever tenant wants them: tenants' medians tend to share
-        # buckets, and a plain range test per row is what keeps this scan cheap.
-        cells = {(t, b) for t, spots in wanted.items() for b, _ in spots}
-        ranges = sorted({b for _, b in cells})
-        pick = " OR ".join(f"{INPUT_SIDE} BETWEEN ? AND ?" for _ in ranges)
-        pick_params = [x for b in ranges for x in (b, (upper[b] or 2**63) - 1)]
-        where, params = self._scan(start_from, start_to, tenant)
-        values: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
-        for t, size, n in self._read(f"SELECT tenant, {INPUT_SIDE}, COUNT(*) FROM requests WHERE {where} "
-                                     f"AND endpoint IN ({METERED_SQL}) AND ({pick}) "
-                                     f"GROUP BY 1, 2 ORDER BY 1, 2", (*params, *pick_params)):
-            cell = (t, bounds[bisect_right(bounds, size) - 1])
-            if cell in cells:
-                values[cell].append((int(size), int(n)))
-        return {t: [_locate(values[(t, b)], rank)[0] for b, rank in spots] for t, spots in wanted.items()}
+        """Exact nearest-rank percentiles of input-side tokens per metered request, per tenant
+        (proxy/ledger/percentiles.py); long ranges are read as rowid runs (_scan)."""
+        return input_side_percentiles(self._read, self._scan, "?", start_from, start_to, tenant, percents)
 
     def _scan(self, start_from: datetime, start_to: datetime, tenant: str | None) -> tuple[str, tuple[object, ...]]:
         """A WHERE clause for reading a long range row by row.
@@ -273,15 +229,6 @@ class SqliteWriter:
 def _insert(rows: int) -> str:
     return (f"INSERT INTO requests ({', '.join(COLUMNS)}) VALUES {', '.join([_ROW] * rows)} "
             "ON CONFLICT (id) DO NOTHING")
-
-
-def _locate(counts: Sequence[tuple[int, int]], rank: int) -> tuple[int, int]:
-    """The (key, rank within key) of the rank-th item, counting from 1, in sorted (key, count) pairs."""
-    for key, n in counts:
-        if rank <= n:
-            return key, rank
-        rank -= n
-    raise ValueError("rank beyond the counts")
 
 
 def _range(start_from: datetime, start_to: datetime, tenant: str | None) -> tuple[str, tuple[object, ...]]:

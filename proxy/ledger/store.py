@@ -80,6 +80,8 @@ class Store(Protocol):
 # Portable SQL (SQLite and PostgreSQL): truth values as CASE 0/1, never summed booleans.
 METERED_SQL = "'chat', 'completions', 'embeddings', 'responses', 'messages'"
 INPUT_SIDE = "(input_tokens + cache_read_tokens + cache_write_tokens)"
+# The size bucket a request counts in (migration 003): the largest bound at or below its input side.
+BUCKET_OF = f"SELECT MAX(lo) FROM input_side_bounds WHERE lo <= {INPUT_SIDE}"
 HOURLY_SQL = f"""
 SELECT start / 3600000000 AS hour,
        COALESCE(model, model_requested, '') AS model, CASE WHEN model IS NULL THEN 1 ELSE 0 END AS unpriced_model,
