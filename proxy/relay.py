@@ -26,7 +26,7 @@ from proxy.meter import METERED, Exchange, Meter, bounded, clean_tag
 from proxy.metrics import Metrics
 from proxy.settings import Settings, Upstream
 from proxy.tap import StreamTap
-from proxy.upstream import Pool, Router, request_headers, response_headers, target_url
+from proxy.upstream import Pool, Router, relay_path, request_headers, response_headers, target_url
 from proxy.usage import Observed, read_body
 
 Scope = MutableMapping[str, Any]
@@ -63,12 +63,14 @@ class Relay:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         t0 = time.perf_counter()
-        path: str = scope["path"]
+        # The path as the client encoded it (decoded, %20 or %0D%0A would reach the request
+        # line), normalised once: it is what is checked, metered and forwarded.
+        path = relay_path(scope.get("raw_path") or scope["path"].encode(), scope["path"])
         method: str = scope["method"]
-        endpoint = ENDPOINTS.get(path, "models" if path == "/v1/models" else "other")
+        endpoint = "other" if path is None else ENDPOINTS.get(path, "models" if path == "/v1/models" else "other")
         if method != "POST" and endpoint in METERED:
             endpoint = "other"
-        anthropic = path.startswith("/v1/messages")
+        anthropic = endpoint == "messages" or (path or "").startswith("/v1/messages")
         headers: list[tuple[bytes, bytes]] = scope["headers"]
         ex = Exchange(start=datetime.now(UTC), t0=t0, endpoint=endpoint, tenant="default")
         ex.tag = clean_tag(_header(headers, b"x-llmmeter-tag"))
@@ -80,7 +82,7 @@ class Relay:
                                "authentication_error", anthropic, "invalid_request_error")
             return
         ex.tenant = tenant
-        if ".." in path.split("/") or "//" in path:
+        if path is None:
             await self._reject(ex, send, 400, "invalid path", "invalid_path",
                                "invalid_request_error", anthropic)
             return
@@ -114,9 +116,7 @@ class Relay:
 
         out_headers = request_headers(headers, up, metered=endpoint in METERED, anthropic=anthropic,
                                       strip_client_auth=bool(self.keys))
-        # The path as the client encoded it: decoded, %20 or %0D%0A would reach the request line.
-        raw_path: bytes = scope.get("raw_path") or path.encode()
-        url = target_url(up, raw_path.decode("latin-1"), scope.get("query_string", b""))
+        url = target_url(up, path, scope.get("query_string", b""))
         watch = (scope.get("extensions") or {}).get(DISCONNECT)
         await self._forward(ex, up, method, url, out_headers, body, drop_usage_only, anthropic, receive, send,
                             watch)

@@ -8,6 +8,7 @@ aiohttp's, which was itself ~14x faster than httpx (SPEC "Design notes", README
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Iterable, Sequence
 
 from proxy.client import Client, Response
@@ -42,8 +43,40 @@ class Router:
         return found
 
 
+_UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+_PCT = re.compile(rb"%([0-9A-Fa-f]{2})")
+
+
+def _decode_unreserved(m: re.Match[bytes]) -> bytes:
+    byte = int(m.group(1), 16)
+    return bytes((byte,)) if byte in _UNRESERVED else m.group(0).upper()
+
+
+def relay_path(raw_path: bytes, decoded_path: str) -> str | None:
+    """The path to forward, or None when it must be refused with 400.
+
+    The raw path itself must start with `/v1/`: checking the decoded one and slicing the raw
+    one would let `/%761/x` append `61/x` to the base URL (another port, another path).
+    Percent-encoded unreserved characters are decoded (RFC 3986 6.2.2.2: the same URI), so
+    what is metered, checked and forwarded is one string. No `.`/`..` segment or empty
+    segment passes, encoded or not, in the raw path or the decoded one (a `%2F` an upstream
+    decodes must not climb out of its base path either).
+    """
+    if not raw_path.startswith(b"/v1/"):
+        return None
+    path = _PCT.sub(_decode_unreserved, raw_path)
+    for candidate in (path.decode("latin-1"), decoded_path):
+        segments = candidate.split("/")[1:]
+        if any(s in (".", "..") for s in segments) or "" in segments[:-1]:
+            return None
+    return path.decode("latin-1")
+
+
 def target_url(up: Upstream, path: str, query: bytes) -> str:
-    """SPEC "Joining paths": base_url without its /v1, then the client's /v1/<rest>."""
+    """SPEC "Joining paths": base_url without its /v1, then the client's /v1/<rest>.
+
+    `path` comes from `relay_path`, so it starts with `/v1/`."""
+    assert path.startswith("/v1/"), path
     rest = path[len("/v1"):]
     base = up.anthropic_base_url if path.startswith("/v1/messages") and up.anthropic_base_url else up.base_url
     url = base + rest
