@@ -11,6 +11,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -57,7 +58,7 @@ class Metrics:
                  month_to_date: Callable[[datetime], Mapping[str, int]] | None = None,
                  pending: Callable[[], int] | None = None) -> None:
         self.labels = Labels(settings, book)
-        self._keys: dict[tuple[str | None, ...], _Keys] = {}
+        self._keys: dict[tuple[str | int | None, ...], _Keys] = {}
         # With several workers, `registry` (the one /metrics reads) gets a collector that sums
         # every worker's files; the metrics themselves register on a private one.
         multiproc = multiprocess_dir() is not None
@@ -115,79 +116,104 @@ class Metrics:
 
     def observe(self, rec: Record, cost: Cost | None, overhead_s: float) -> None:
         """Counts one finished request, on the event loop."""
-        raw = (rec.model, rec.tier, rec.tenant, rec.upstream, rec.endpoint, rec.tag, rec.workload)
+        raw = (rec.model, rec.tier, rec.tenant, rec.upstream, rec.endpoint, rec.tag, rec.workload, rec.code,
+               rec.outcome)
         k = self._keys.get(raw)
         if k is None:
             k = self._prepare(raw)
-        self.requests.inc((*k.requests, str(rec.code), rec.outcome))
-        self.duration.observe(k.endpoint_model, rec.duration_ms / 1000)
-        self.overhead.observe(k.endpoint, overhead_s)
+        k.request(1.0)
+        k.duration(rec.duration_ms / 1000)
+        k.overhead(overhead_s)
         if rec.ttft_ms is not None:
-            self.ttft.observe(k.model_tier, rec.ttft_ms / 1000)
+            k.ttft(rec.ttft_ms / 1000)
         if not k.metered:
             return
-        tokens = self.tokens.inc
+        add_input, add_cache_read, add_cache_write, add_output = k.tokens
         if rec.input_tokens:
-            tokens(k.input, rec.input_tokens)
+            add_input(rec.input_tokens)
         if rec.cache_read_tokens:
-            tokens(k.cache_read, rec.cache_read_tokens)
+            add_cache_read(rec.cache_read_tokens)
         if rec.cache_write_tokens:
-            tokens(k.cache_write, rec.cache_write_tokens)
+            add_cache_write(rec.cache_write_tokens)
         if rec.output_tokens:
-            tokens(k.output, rec.output_tokens)
+            add_output(rec.output_tokens)
         if rec.reasoning_tokens:
-            self.reasoning.inc(k.model_tier_tenant, rec.reasoning_tokens)
+            k.reasoning(rec.reasoning_tokens)
         if rec.usage_source == "estimated":
-            self.estimated.inc(k.model)
-        self.input_tokens.observe(k.model, rec.input_side_tokens)
-        self.output_tokens.observe(k.model, rec.output_tokens)
+            k.estimated(1.0)
+        k.input_tokens(rec.input_side_tokens)
+        k.output_tokens(rec.output_tokens)
         if cost is None:
             if rec.outcome != "rejected":
-                self.unpriced.inc(k.model)
+                k.unpriced(1.0)
             return
-        spend = self.cost.inc
+        spend_input, spend_cache_read, spend_cache_write, spend_output = k.cost
         if cost.input:
-            spend(k.input, cost.input / COST_UNITS_PER_USD)
+            spend_input(cost.input / COST_UNITS_PER_USD)
         if cost.cache_read:
-            spend(k.cache_read, cost.cache_read / COST_UNITS_PER_USD)
+            spend_cache_read(cost.cache_read / COST_UNITS_PER_USD)
         if cost.cache_write:
-            spend(k.cache_write, cost.cache_write / COST_UNITS_PER_USD)
+            spend_cache_write(cost.cache_write / COST_UNITS_PER_USD)
         if cost.output:
-            spend(k.output, cost.output / COST_UNITS_PER_USD)
-        self.tagged_cost.inc(k.tag_workload, cost.total / COST_UNITS_PER_USD)
+            spend_output(cost.output / COST_UNITS_PER_USD)
+        k.tagged_cost(cost.total / COST_UNITS_PER_USD)
 
-    def _prepare(self, raw: tuple[str | None, ...]) -> _Keys:
-        """The label tuples for one combination of record values, built once (bounded: tier and
+    def _prepare(self, raw: tuple[str | int | None, ...]) -> _Keys:
+        """The series one combination of record values updates, looked up once (bounded: tier and
         code come from clients)."""
-        model_v, tier_v, tenant_v, upstream_v, endpoint_v, tag_v, workload_v = raw
+        model_v, tier_v, tenant_v, upstream_v, endpoint_v, tag_v, workload_v, code_v, outcome_v = raw
         lb = self.labels
-        model = lb.pick(model_v, lb.models)
-        tier = lb.pick(tier_v, lb.tiers) if tier_v else OTHER
-        tenant = lb.pick(tenant_v, lb.tenants)
-        endpoint = endpoint_v if endpoint_v in ENDPOINTS else OTHER
-        k = _Keys((lb.pick(upstream_v, lb.upstreams), endpoint, model, tier, tenant), endpoint, model, tier, tenant,
-                  (lb.pick(tag_v, lb.tags), workload_v or OTHER))
+        model = lb.pick(_str(model_v), lb.models)
+        tier = lb.pick(_str(tier_v), lb.tiers) if tier_v else OTHER
+        tenant = lb.pick(_str(tenant_v), lb.tenants)
+        endpoint = endpoint_v if isinstance(endpoint_v, str) and endpoint_v in ENDPOINTS else OTHER
+        upstream = lb.pick(_str(upstream_v), lb.upstreams)
+        kinds = ("input", "cache_read", "cache_write", "output")
+        k = _Keys(
+            request=self.requests.adder((upstream, endpoint, model, tier, tenant, str(code_v), str(outcome_v))),
+            duration=self.duration.observer((endpoint, model)),
+            overhead=self.overhead.observer((endpoint,)),
+            ttft=self.ttft.observer((model, tier)),
+            metered=endpoint not in ("models", "other"),
+            tokens=tuple(self.tokens.adder((model, tier, tenant, kind)) for kind in kinds),
+            reasoning=self.reasoning.adder((model, tier, tenant)),
+            estimated=self.estimated.adder((model,)),
+            input_tokens=self.input_tokens.observer((model,)),
+            output_tokens=self.output_tokens.observer((model,)),
+            unpriced=self.unpriced.adder((model,)),
+            cost=tuple(self.cost.adder((model, tier, tenant, kind)) for kind in kinds),
+            tagged_cost=self.tagged_cost.adder((lb.pick(_str(tag_v), lb.tags), _str(workload_v) or OTHER)),
+        )
         if len(self._keys) >= 4096:
             self._keys.clear()
         self._keys[raw] = k
         return k
 
 
+def _str(v: str | int | None) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+Add = Callable[[float], None]
+
+
+@dataclass(slots=True, frozen=True)
 class _Keys:
-    """Every label tuple one request's values lead to."""
+    """The series one request's values lead to, as the callables that update them."""
 
-    __slots__ = ("cache_read", "cache_write", "endpoint", "endpoint_model", "input", "metered", "model",
-                 "model_tier", "model_tier_tenant", "output", "requests", "tag_workload")
-
-    def __init__(self, requests: tuple[str, ...], endpoint: str, model: str, tier: str, tenant: str,
-                 tag_workload: tuple[str, str]) -> None:
-        self.requests = requests  # all but code and outcome
-        self.endpoint, self.endpoint_model = (endpoint,), (endpoint, model)
-        self.model, self.model_tier, self.model_tier_tenant = (model,), (model, tier), (model, tier, tenant)
-        self.input, self.cache_read, self.cache_write, self.output = (
-            (model, tier, tenant, kind) for kind in ("input", "cache_read", "cache_write", "output"))
-        self.metered = endpoint not in ("models", "other")
-        self.tag_workload = tag_workload
+    request: Add
+    duration: Add
+    overhead: Add
+    ttft: Add
+    metered: bool
+    tokens: tuple[Add, ...]  # input, cache_read, cache_write, output
+    reasoning: Add
+    estimated: Add
+    input_tokens: Add
+    output_tokens: Add
+    unpriced: Add
+    cost: tuple[Add, ...]  # as tokens
+    tagged_cost: Add
 
 
 def _publish_every(interval_s: float, publish: Callable[[], None]) -> None:

@@ -98,6 +98,19 @@ def test_chat_tokens_and_cost_are_exact(fake: FakeUpstream, serve: Any, model: s
                         outcome="ok") == 1
     if reasoning:
         assert proxy.metric("llmmeter_reasoning_tokens_total", model=model) == reasoning
+    samples = proxy.metrics()
+    # A category the request did not use has no series at all (as prometheus_client would show it).
+    kinds = {dict(lbls)["type"] for (name, lbls) in samples if name == "llmmeter_tokens_total"}
+    assert kinds == {kind for kind, n in (("input", inp), ("cache_read", cr), ("cache_write", cw),
+                                          ("output", out)) if n}
+    side = inp + cr + cw
+    assert proxy.metric("llmmeter_request_input_tokens_count", model=model) == 1
+    assert proxy.metric("llmmeter_request_input_tokens_sum", model=model) == side
+    assert proxy.metric("llmmeter_request_output_tokens_sum", model=model) == out
+    for le in ("256.0", "1024.0", "4096.0", "16384.0"):  # cumulative: 1 from the first bound at or above
+        assert proxy.metric("llmmeter_request_input_tokens_bucket", model=model, le=le) == (side <= float(le))
+    ttft = [name for (name, _) in samples if name.startswith("llmmeter_time_to_first_token_seconds_count")]
+    assert len(ttft) == (1 if stream else 0)
 
     export = proxy.cli("export", "--from", "2020-01-01", "--to", "2100-01-01", "--format", "csv",
                        "--db", proxy.db_url)

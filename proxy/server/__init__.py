@@ -1,0 +1,2 @@
+"""The serving side: the HTTP/1.1 protocol llmmeter listens with (limits, timeouts,
+coalesced writes) and the worker processes."""
