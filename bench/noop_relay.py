@@ -17,8 +17,8 @@ import uvicorn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from proxy.client import Client
-from proxy.coalesce import RelayProtocol
+from proxy.server.coalesce import RelayProtocol
+from proxy.upstream.client import Client
 
 Scope = MutableMapping[str, Any]
 HOP = {b"connection", b"keep-alive", b"transfer-encoding", b"host", b"content-length"}

@@ -16,15 +16,15 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from pricing import PriceBook, default_tables_dir, load_dir
-from proxy.coalesce import BEFORE_SEND
 from proxy.ledger import Ledger
 from proxy.ledger.group import GroupCommit
 from proxy.meter import Meter
 from proxy.metrics import Metrics
-from proxy.relay import Receive, Relay, Scope, Send
+from proxy.relay.handler import Receive, Relay, Scope, Send
+from proxy.server.coalesce import BEFORE_SEND
 from proxy.settings import Settings
 from proxy.tokens import Estimator
-from proxy.upstream import Pool, Router
+from proxy.upstream.routing import Pool, Router
 
 
 @dataclass

@@ -99,7 +99,7 @@ def _settings(args: argparse.Namespace, **flags: object) -> config.Settings:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from proxy.coalesce import RelayProtocol
+    from proxy.server.coalesce import RelayProtocol
 
     flags = dict(host=args.host, port=args.port, upstream=args.upstream, db=args.db, prices=args.prices,
                  workers=args.workers)
@@ -115,30 +115,19 @@ def _serve(args: argparse.Namespace) -> int:
                                    access_log=False, server_header=False, date_header=False, log_level="info",
                                    timeout_keep_alive=75, proxy_headers=False)
     if s.workers > 1:
-        from proxy import workers
+        from proxy.server import workers
 
         workers.run(args.config or config.default_config_path(),
                     {k: v for k, v in flags.items() if v is not None}, s.workers, options)
         return 0
     from proxy.app import create_app
+    from proxy.server.logs import QuietBrokenStreams
 
-    logging.getLogger("uvicorn.error").addFilter(_QuietBrokenStreams())
+    logging.getLogger("uvicorn.error").addFilter(QuietBrokenStreams())
     app = create_app(s)
     gc.freeze()  # what start-up built lives as long as the process: keep it out of every collection
     uvicorn.run(app, **options)
     return 0
-
-
-class _QuietBrokenStreams(logging.Filter):
-    """An aborted client stream after an upstream failure is expected, not a crash."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        from proxy.relay import StreamBroken
-
-        exc = record.exc_info[1] if record.exc_info else None
-        if isinstance(exc, StreamBroken):
-            record.exc_info, record.msg, record.args = None, f"stream aborted: {exc}", ()
-        return True
 
 
 def _export(args: argparse.Namespace) -> int:

@@ -2,7 +2,8 @@
 
     LLMMeterError
      ├── ConfigError        bad config file, flag or environment (file:line in the message)
-     └── UpstreamError      the upstream could not be reached or timed out
+     └── UpstreamError      the upstream failed this request
+          └── StreamBroken  ...after the response began: the client's stream is aborted
 
 Errors the proxy makes itself use the API's own error shape (SPEC "HTTP surface"), so
 SDKs raise their usual exceptions.
@@ -19,6 +20,15 @@ class LLMMeterError(Exception):
 
 class ConfigError(LLMMeterError):
     """The configuration cannot be used; the message names the file and line."""
+
+
+class UpstreamError(LLMMeterError):
+    """The upstream failed a request; the client gets an error in the API's shape and a record is written."""
+
+
+class StreamBroken(UpstreamError):
+    """Raised after the response started, so the server aborts the client's connection
+    instead of ending it cleanly: the client must see the upstream's failure (SPEC)."""
 
 
 def error_body(message: str, kind: str, code: str, anthropic: bool = False) -> bytes:

@@ -28,6 +28,12 @@ class Upstream:
     models: tuple[str, ...] = ()
     inject_include_usage: bool = True
     self_hosted: bool = False
+    max_connections: int = 100  # per worker process; more requests wait in order
+    idle_s: float = 30.0  # an idle pooled connection is closed after this
+    ca_file: Path | None = None  # PEM bundle instead of the system store
+    client_cert: Path | None = None  # mutual TLS
+    client_key: Path | None = None
+    proxy: str | None = None  # egress proxy URL; "none" disables; None: HTTPS_PROXY/HTTP_PROXY/NO_PROXY
     # The resolved key; filled by `serve` only, never printed (repr=False).
     api_key: str | None = field(default=None, repr=False)
 
@@ -90,6 +96,11 @@ class Settings:
     max_body_mb: int = 32
     connect_timeout_s: float = 10.0
     read_timeout_s: float = 600.0
+    head_timeout_s: float = 30.0
+    body_timeout_s: float = 60.0
+    idle_timeout_s: float = 75.0
+    send_timeout_s: float = 120.0
+    max_decompressed_mb: int = 64
     metrics_token: str | None = field(default=None, repr=False)
     ledger_url: str = "sqlite:///data/llmmeter.db"
     journal_dir: Path | None = None
@@ -112,7 +123,8 @@ class Settings:
 
 _SCHEMA: dict[str, set[str]] = {
     "server": {"host", "port", "max_body_mb", "connect_timeout_s", "read_timeout_s",
-               "metrics_token", "workers"},
+               "metrics_token", "workers", "head_timeout_s", "body_timeout_s", "idle_timeout_s",
+               "send_timeout_s", "max_decompressed_mb"},
     "ledger": {"url", "journal_dir", "fsync"},
     "pricing": {"dir"},
     "workloads": {"medium", "long", "very_long"},
@@ -124,7 +136,8 @@ _SCHEMA: dict[str, set[str]] = {
 }
 _ARRAYS: dict[str, set[str]] = {
     "upstream": {"name", "base_url", "anthropic_base_url", "api_key_env", "models",
-                 "inject_include_usage", "self_hosted"},
+                 "inject_include_usage", "self_hosted", "max_connections", "idle_s", "ca_file",
+                 "client_cert", "client_key", "proxy"},
     "tenant": {"name", "key_sha256", "monthly_budget_usd"},
     "tag": {"name"},
     "tier_alias": {"from", "to"},
@@ -210,19 +223,26 @@ def default_config_path(env: Mapping[str, str] | None = None) -> Path | None:
 
 
 def resolve_api_keys(settings: Settings, env: Mapping[str, str] | None = None) -> Settings:
-    """Read each upstream's api_key_env; refuse to start when one is named and unset."""
+    """Read each upstream's api_key_env; refuse to start when one is named and unset.
+
+    A key pasted from a file or `echo` often ends in a newline: surrounding whitespace is
+    trimmed; a control character left inside would end the header line, so it is refused."""
     env = os.environ if env is None else env
+    where = settings.config_file or "<config>"
     resolved = []
     for up in settings.upstreams:
-        if up.api_key_env is None or up.api_key is not None:
+        source = up.api_key_env or "LLMMETER_UPSTREAM_API_KEY"
+        value = up.api_key if up.api_key is not None else env.get(up.api_key_env or "") if up.api_key_env else None
+        if value is None and up.api_key_env is None:
             resolved.append(up)
             continue
-        value = env.get(up.api_key_env)
+        value = (value or "").strip()
+        if any(ch < " " or ch == "\x7f" for ch in value):
+            raise ConfigError(f"{where}: the key in {source} (upstream {up.name!r}) contains a control "
+                              "character or line break; it cannot be sent in a header")
         if not value:
-            where = settings.config_file or "<config>"
-            raise ConfigError(
-                f"{where}: upstream {up.name!r} names api_key_env = {up.api_key_env!r}, "
-                f"but that environment variable is not set")
+            raise ConfigError(f"{where}: upstream {up.name!r} names api_key_env = {source!r}, "
+                              "but that environment variable is not set")
         resolved.append(replace(up, api_key=value))
     return replace(settings, upstreams=tuple(resolved))
 
@@ -268,6 +288,11 @@ def _build(raw: dict[str, Any], src: _Source) -> Settings:
         max_body_mb=c.int_("server", server, "max_body_mb", 32, lo=1, hi=4096),
         connect_timeout_s=c.num("server", server, "connect_timeout_s", 10.0),
         read_timeout_s=c.num("server", server, "read_timeout_s", 600.0),
+        head_timeout_s=c.num("server", server, "head_timeout_s", 30.0),
+        body_timeout_s=c.num("server", server, "body_timeout_s", 60.0),
+        idle_timeout_s=c.num("server", server, "idle_timeout_s", 75.0),
+        send_timeout_s=c.num("server", server, "send_timeout_s", 120.0),
+        max_decompressed_mb=c.int_("server", server, "max_decompressed_mb", 64, lo=1, hi=4096),
         metrics_token=c.opt_str("server", server, "metrics_token"),
         ledger_url=c.str_("ledger", ledger, "url", "sqlite:///data/llmmeter.db"),
         journal_dir=_opt_path(c.opt_str("ledger", ledger, "journal_dir")),
@@ -317,10 +342,11 @@ class _Checker:
             return default
         return v
 
-    def num(self, table: str, d: Mapping[str, Any], key: str, default: float) -> float:
+    def num(self, table: str, d: Mapping[str, Any], key: str, default: float, i: int = 0) -> float:
         v = d.get(key, default)
-        if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
-            self.fail(table, key, 0, f"{key} must be a positive number of seconds")
+        # nan passes `v <= 0` and would then make every timer fire at once (or never).
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= 10**7:
+            self.fail(table, key, i, f"{key} must be a positive number of seconds (at most 10000000)")
             return default
         return float(v)
 
@@ -375,8 +401,33 @@ def _upstreams(c: _Checker, items: list[dict[str, Any]]) -> tuple[Upstream, ...]
             anthropic_base_url=(c.opt_str("upstream", u, "anthropic_base_url", i) or "").rstrip("/") or None,
             api_key_env=env_name, models=c.globs("upstream", u, "models", i),
             inject_include_usage=c.bool_("upstream", u, "inject_include_usage", True, i),
-            self_hosted=c.bool_("upstream", u, "self_hosted", False, i)))
+            self_hosted=c.bool_("upstream", u, "self_hosted", False, i),
+            max_connections=c.int_("upstream", u, "max_connections", 100, i, lo=1, hi=100_000),
+            idle_s=c.num("upstream", u, "idle_s", 30.0, i),
+            ca_file=_opt_file(c, u, "ca_file", i), client_cert=_opt_file(c, u, "client_cert", i),
+            client_key=_opt_file(c, u, "client_key", i), proxy=_egress_proxy(c, u, i)))
+        if (u.get("client_cert") is None) != (u.get("client_key") is None):
+            c.fail("upstream", "client_cert", i, "client_cert and client_key go together")
     return tuple(out)
+
+
+def _opt_file(c: _Checker, u: Mapping[str, Any], key: str, i: int) -> Path | None:
+    value = c.opt_str("upstream", u, key, i)
+    if value is None:
+        return None
+    path = Path(value).expanduser()
+    if not path.is_file():
+        c.fail("upstream", key, i, f"{key} {value!r} is not a readable file")
+    return path
+
+
+def _egress_proxy(c: _Checker, u: Mapping[str, Any], i: int) -> str | None:
+    value = c.opt_str("upstream", u, "proxy", i)
+    if value is None or value == "none":
+        return value
+    if not re.match(r"^https?://[^/\s@]+/?$", value) and not re.match(r"^https?://[^/\s]+@[^/\s@]+/?$", value):
+        c.fail("upstream", "proxy", i, 'proxy must be an http:// or https:// URL (host and port only) or "none"')
+    return value
 
 
 def _tenants(c: _Checker, items: list[dict[str, Any]]) -> tuple[Tenant, ...]:

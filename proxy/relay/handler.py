@@ -19,14 +19,14 @@ from typing import Any
 
 import orjson
 
-from proxy.client import Broken, Response, Unreachable
-from proxy.coalesce import DISCONNECT
-from proxy.errors import error_body
+from proxy.errors import StreamBroken, error_body
 from proxy.meter import METERED, Exchange, Meter, bounded, clean_tag
 from proxy.metrics import Metrics
+from proxy.server.coalesce import DISCONNECT
 from proxy.settings import Settings, Upstream
 from proxy.tap import StreamTap
-from proxy.upstream import Pool, Router, relay_path, request_headers, response_headers, target_url
+from proxy.upstream.client import Broken, Response, Unreachable
+from proxy.upstream.routing import Pool, Router, relay_path, request_headers, response_headers, target_url
 from proxy.usage import Observed, read_body
 
 Scope = MutableMapping[str, Any]
@@ -38,11 +38,6 @@ ENDPOINTS = {
     "/v1/embeddings": "embeddings", "/v1/responses": "responses", "/v1/messages": "messages",
 }
 MAX_METERED_BODY = 64 * 1024 * 1024  # non-streamed bodies kept (in memory) for reading usage
-
-
-class StreamBroken(Exception):
-    """Raised after the response started, so the server aborts the client's connection
-    instead of ending it cleanly: the client must see the upstream's failure (SPEC)."""
 
 
 class _TooLarge(Exception):

@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import Callable, Iterable
 from typing import Any, cast
 
-from proxy.httpserver import HeadLimitedProtocol
+from proxy.server.protocol import HeadLimitedProtocol
 
 DISCONNECT = "llmmeter.disconnect"
 

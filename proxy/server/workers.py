@@ -40,7 +40,7 @@ def run(config_path: Path | None, flags: Mapping[str, object], workers: int, opt
         "flags": {k: str(v) if isinstance(v, Path) else v for k, v in flags.items()},
     })
     try:
-        uvicorn.run("proxy.workers:worker_app", factory=True, workers=workers, **options)
+        uvicorn.run("proxy.server.workers:worker_app", factory=True, workers=workers, **options)
     finally:
         if own_dir is not None:
             shutil.rmtree(own_dir, ignore_errors=True)
@@ -50,7 +50,7 @@ def worker_app() -> Any:
     """In each worker (uvicorn's factory): the app, from the supervisor's flags."""
     from proxy import settings as config
     from proxy.app import create_app
-    from proxy.cli import _QuietBrokenStreams
+    from proxy.server.logs import QuietBrokenStreams
 
     handed = json.loads(os.environ[FLAGS_ENV])
     path = Path(handed["config"]) if handed["config"] else None
@@ -58,7 +58,7 @@ def worker_app() -> Any:
     if flags.get("prices") is not None:
         flags["prices"] = Path(flags["prices"])
     s = config.resolve_api_keys(config.load(path, overrides=flags))
-    logging.getLogger("uvicorn.error").addFilter(_QuietBrokenStreams())
+    logging.getLogger("uvicorn.error").addFilter(QuietBrokenStreams())
     app = create_app(s)
     gc.freeze()  # as in a single process (proxy/cli.py)
     return app

@@ -11,8 +11,8 @@ import fnmatch
 import re
 from collections.abc import Iterable, Sequence
 
-from proxy.client import Client, Response
 from proxy.settings import Settings, Upstream
+from proxy.upstream.client import Client, Response
 
 # RFC 9110 7.6.1 hop-by-hop headers, plus the ones the client library recomputes.
 HOP_BY_HOP = frozenset({

@@ -12,7 +12,7 @@ import json
 from typing import Any
 from urllib.parse import unquote
 
-from proxy.upstream import relay_path
+from proxy.upstream.routing import relay_path
 from tests.fake_upstream import FakeUpstream
 from tests.faults.helpers import raw_http, status_of
 

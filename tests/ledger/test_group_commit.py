@@ -8,9 +8,9 @@ from typing import Any
 
 import orjson
 
-from proxy.coalesce import BEFORE_SEND, CoalescingTransport
 from proxy.ledger import Ledger
 from proxy.ledger.group import GroupCommit
+from proxy.server.coalesce import BEFORE_SEND, CoalescingTransport
 from tests.ledger.helpers import EVER, full_record
 
 
