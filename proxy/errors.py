@@ -3,7 +3,11 @@
     LLMMeterError
      ├── ConfigError        bad config file, flag or environment (file:line in the message)
      └── UpstreamError      the upstream failed this request
-          └── StreamBroken  ...after the response began: the client's stream is aborted
+          ├── Unreachable   no response: connecting (refused, DNS, TLS, egress proxy) or the
+          │                 connection closed before a response byte
+          ├── Broken        the connection failed after the response had started
+          │    └── MalformedResponse   the upstream's bytes are not a valid HTTP/1.1 response
+          └── StreamBroken  the relay gave up after the client's response began: its stream is aborted
 
 Errors the proxy makes itself use the API's own error shape (SPEC "HTTP surface"), so
 SDKs raise their usual exceptions.
@@ -24,6 +28,18 @@ class ConfigError(LLMMeterError):
 
 class UpstreamError(LLMMeterError):
     """The upstream failed a request; the client gets an error in the API's shape and a record is written."""
+
+
+class Unreachable(UpstreamError):
+    """No response came: connecting, sending, or the connection closed before a response byte."""
+
+
+class Broken(UpstreamError):
+    """The connection failed after the response had started."""
+
+
+class MalformedResponse(Broken):
+    """The upstream sent bytes that are not a valid HTTP/1.1 response (or not one llmmeter relays)."""
 
 
 class StreamBroken(UpstreamError):

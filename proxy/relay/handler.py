@@ -19,13 +19,13 @@ from typing import Any
 
 import orjson
 
-from proxy.errors import StreamBroken, error_body
+from proxy.errors import Broken, StreamBroken, Unreachable, error_body
 from proxy.meter import METERED, Exchange, Meter, bounded, clean_tag
 from proxy.metrics import Metrics
 from proxy.server.coalesce import DISCONNECT
 from proxy.settings import Settings, Upstream
 from proxy.tap import StreamTap
-from proxy.upstream.client import Broken, Response, Unreachable
+from proxy.upstream.client import Response
 from proxy.upstream.routing import Pool, Router, relay_path, request_headers, response_headers, target_url
 from proxy.usage import Observed, read_body
 

@@ -21,21 +21,11 @@ from typing import cast
 
 import httptools
 
+from proxy.errors import Broken, Unreachable
+
 BUFFER_HIGH = 256 * 1024  # body bytes buffered before the upstream socket is paused
 _NO_BODY = frozenset({204, 304})
 _SAFE_TARGET = re.compile(r"[^\x00-\x20\x7f]+").fullmatch
-
-
-class ClientError(Exception):
-    """Base of the client's own errors."""
-
-
-class Unreachable(ClientError):
-    """No response came: connecting, sending, or the connection closed before a response byte."""
-
-
-class Broken(ClientError):
-    """The connection failed after the response had started."""
 
 
 class Response:
