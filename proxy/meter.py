@@ -99,20 +99,23 @@ class Meter:
         usage, source = observed.usage, "upstream"
         if self.needs_estimate(ex, observed):
             model = observed.model or ex.model_requested
-            usage = await self.estimator.settle(model, self._estimate(ex, observed, model, completion_text))
+            # Read here, on the loop: the tap that holds the text is the loop's.
+            text = "" if ex.endpoint == "embeddings" and observed.usage is None else completion_text()
+            usage = await self.estimator.settle(model, self._estimate(ex, observed, model, text))
             source = "estimated"
         return self.record(ex, observed, usage, source)
 
     def _estimate(self, ex: Exchange, observed: Observed, model: str | None,
-                  completion_text: Callable[[], str]) -> Generator[None, None, Usage]:
-        count = self.estimator.text_steps
+                  text: str) -> Generator[None, None, Usage]:
+        tally = self.estimator.tally()
+        # Output first: if the request's budget runs out, the dearer tokens were counted.
+        output = yield from self.estimator.text_steps(model, text, tally)
         if observed.usage is not None:  # input reported, output not: count only what was relayed
-            output = yield from count(model, completion_text())
-            return replace(observed.usage, output_tokens=max(observed.usage.output_tokens, output))
-        prompt = yield from self.estimator.prompt_steps(ex.endpoint, model, ex.request)
-        output = 0 if ex.endpoint == "embeddings" else (yield from count(model, completion_text()))
+            u = observed.usage
+            return replace(u, output_tokens=max(u.output_tokens, output), flags=(*u.flags, *tally.flags))
+        prompt = yield from self.estimator.prompt_steps(ex.endpoint, model, ex.request, tally)
         return Usage(input_tokens=prompt, cache_read_tokens=0, cache_write_tokens=0,
-                     output_tokens=output, reasoning_tokens=None)
+                     output_tokens=output, reasoning_tokens=None, flags=tally.flags)
 
     def record(self, ex: Exchange, observed: Observed, usage: Usage | None, source: str) -> Record:
         flags: list[str] = list(usage.flags) if usage else []

@@ -65,7 +65,7 @@ class Workloads:
 class Estimate:
     encoding: str = "o200k_base"
     per_model: tuple[tuple[tuple[str, ...], str], ...] = ()
-    engine: str = "compact"  # compact | tiktoken (proxy/tokens.py)
+    engine: str = "tiktoken"  # tiktoken | compact (proxy/tokens.py; README "Token estimation recipe")
 
 
 @dataclass(frozen=True, slots=True)
@@ -486,7 +486,7 @@ def _estimate(c: _Checker, d: Mapping[str, Any]) -> Estimate:
         if e not in encodings:
             c.fail("estimate.model", "encoding", i, f"encoding must be one of {', '.join(encodings)}")
         per_model.append((c.globs("estimate.model", m, "match", i), e))
-    engine = c.str_("estimate", d, "engine", "compact")
+    engine = c.str_("estimate", d, "engine", "tiktoken")
     if engine not in ("compact", "tiktoken"):
         c.fail("estimate", "engine", 0, "engine must be one of compact, tiktoken")
     return Estimate(enc, tuple(per_model), engine)

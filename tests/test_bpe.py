@@ -154,7 +154,7 @@ def test_counting_pauses_every_slice(pair: dict[str, tuple[CompactBpe, tiktoken.
 
 def test_an_estimate_on_the_event_loop_lets_other_work_run(pair: dict[str, tuple[CompactBpe, tiktoken.Encoding]]
                                                           ) -> None:
-    est = Estimator()
+    est = Estimator(engine="compact")
     long_prompt = {"messages": [{"role": "user", "content": "lorem ipsum dolor " * 20_000}]
                    + [{"role": "user", "content": "hi"}] * 500}
 
@@ -170,7 +170,7 @@ def test_an_estimate_on_the_event_loop_lets_other_work_run(pair: dict[str, tuple
 
         task = asyncio.create_task(ticker())
         await asyncio.sleep(0)
-        got = await est.settle(None, est.prompt_steps("chat", None, long_prompt))
+        got = await est.settle(None, est.prompt_steps("chat", None, long_prompt, est.tally()))
         done.set()
         await task
         return got, ticks
