@@ -5,7 +5,8 @@
      └── UpstreamError      the upstream failed this request
           ├── Unreachable   no response: connecting (refused, DNS, TLS, egress proxy) or the
           │                 connection closed before a response byte
-          ├── Broken        the connection failed after the response had started
+          ├── PoolTimeout   every connection to the upstream stayed busy for connect_timeout_s
+          ├── Broken        the connection failed after the request was written
           │    └── MalformedResponse   the upstream's bytes are not a valid HTTP/1.1 response
           └── StreamBroken  the relay gave up after the client's response began: its stream is aborted
 
@@ -34,8 +35,12 @@ class Unreachable(UpstreamError):
     """No response came: connecting, sending, or the connection closed before a response byte."""
 
 
+class PoolTimeout(UpstreamError):
+    """The upstream's `max_connections` stayed busy for `connect_timeout_s`: answered 503."""
+
+
 class Broken(UpstreamError):
-    """The connection failed after the response had started."""
+    """The connection failed after the request was written (so it is never sent again)."""
 
 
 class MalformedResponse(Broken):

@@ -81,6 +81,11 @@ class Metrics:
                                 OVERHEAD_BUCKETS, shared)
         self.upstream_errors = Counter("llmmeter_upstream_errors", "Upstream failures",
                                        ["upstream", "kind"], registry=r)
+        self.pool_waiting = Gauge("llmmeter_upstream_pool_waiting",
+                                  "Requests waiting for a connection to their upstream (max_connections)",
+                                  ["upstream"], registry=r, multiprocess_mode="livesum")
+        for up in settings.upstreams:
+            self.pool_waiting.labels(up.name).set(0)
         self.input_tokens = Buckets("llmmeter_request_input_tokens", "Input-side tokens per request", ["model"],
                                     TOKEN_BUCKETS, shared)
         self.output_tokens = Buckets("llmmeter_request_output_tokens", "Output tokens per request", ["model"],

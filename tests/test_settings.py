@@ -129,3 +129,49 @@ def test_shipped_example_config_loads() -> None:
     s = load(example, env={"MOONSHOT_API_KEY": "k"})
     assert [u.name for u in s.upstreams] == ["selfhosted", "moonshot"]
     assert [t.name for t in s.tenants] == ["search-team", "agents"] and s.keys_required
+
+
+def test_an_upstream_key_with_a_trailing_newline_is_trimmed(tmp_path: Path) -> None:
+    s = load(write(tmp_path, FULL), env={})
+    ok = resolve_api_keys(s, env={"MOONSHOT_API_KEY": "sk-m\n"})
+    assert ok.upstreams[0].api_key == "sk-m"
+    with pytest.raises(ConfigError, match=r"MOONSHOT_API_KEY.*control character"):
+        resolve_api_keys(s, env={"MOONSHOT_API_KEY": "sk-m\r\nx-evil: 1"})
+    with pytest.raises(ConfigError, match="not set"):
+        resolve_api_keys(s, env={"MOONSHOT_API_KEY": " \n"})
+    shorthand = load(None, env={"LLMMETER_UPSTREAM": "http://127.0.0.1:9/v1", "LLMMETER_UPSTREAM_API_KEY": "k\n"})
+    assert resolve_api_keys(shorthand, env={}).upstreams[0].api_key == "k"
+
+
+@pytest.mark.parametrize("line", ["read_timeout_s = nan", "head_timeout_s = inf", "idle_timeout_s = -1",
+                                  "send_timeout_s = 0", "body_timeout_s = true"])
+def test_timeouts_must_be_finite_and_positive(tmp_path: Path, line: str) -> None:
+    with pytest.raises(ConfigError, match=line.split(" ")[0]):
+        load(write(tmp_path, f"[server]\n{line}\n"), env={})
+
+
+def test_data_plane_limits_load(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    s = load(write(tmp_path, f"""
+[server]
+head_timeout_s = 5
+max_decompressed_mb = 8
+
+[[upstream]]
+name = "a"
+base_url = "https://127.0.0.1:9/v1"
+max_connections = 3
+idle_s = 2.5
+ca_file = "{ca}"
+proxy = "http://127.0.0.1:3128"
+"""), env={})
+    assert (s.head_timeout_s, s.max_decompressed_mb, s.idle_timeout_s) == (5, 8, 75)
+    up = s.upstreams[0]
+    assert (up.max_connections, up.idle_s, up.ca_file, up.proxy) == (3, 2.5, ca, "http://127.0.0.1:3128")
+    with pytest.raises(ConfigError, match="ca_file"):
+        load(write(tmp_path, '[[upstream]]\nname = "a"\nbase_url = "https://x/v1"\nca_file = "/nonexistent.pem"\n'),
+             env={})
+    with pytest.raises(ConfigError, match="client_cert and client_key"):
+        load(write(tmp_path, f'[[upstream]]\nname = "a"\nbase_url = "https://x/v1"\nclient_cert = "{ca}"\n'),
+             env={})

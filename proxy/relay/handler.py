@@ -12,22 +12,21 @@ import asyncio
 import hashlib
 import hmac
 import time
-import zlib
 from collections.abc import Awaitable, Callable, MutableMapping
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
-from proxy.errors import Broken, StreamBroken, Unreachable, error_body
+from proxy.errors import error_body
 from proxy.meter import METERED, Exchange, Meter, bounded, clean_tag
 from proxy.metrics import Metrics
+from proxy.relay.forward import Forwarder, Outbound, send_whole
 from proxy.server.coalesce import DISCONNECT
-from proxy.settings import Settings, Upstream
-from proxy.tap import StreamTap
-from proxy.upstream.client import Response
-from proxy.upstream.routing import Pool, Router, relay_path, request_headers, response_headers, target_url
-from proxy.usage import Observed, read_body
+from proxy.settings import Settings
+from proxy.upstream.client import Upstreams
+from proxy.upstream.routing import Router, relay_path, request_headers, target_url
+from proxy.usage import Observed
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -37,7 +36,6 @@ ENDPOINTS = {
     "/v1/chat/completions": "chat", "/v1/completions": "completions",
     "/v1/embeddings": "embeddings", "/v1/responses": "responses", "/v1/messages": "messages",
 }
-MAX_METERED_BODY = 64 * 1024 * 1024  # non-streamed bodies kept (in memory) for reading usage
 
 
 class _TooLarge(Exception):
@@ -45,10 +43,11 @@ class _TooLarge(Exception):
 
 
 class Relay:
-    def __init__(self, settings: Settings, router: Router, pool: Pool, meter: Meter,
+    def __init__(self, settings: Settings, router: Router, upstreams: Upstreams, meter: Meter,
                  metrics: Metrics) -> None:
-        self.settings, self.router, self.pool = settings, router, pool
+        self.settings, self.router, self.upstreams = settings, router, upstreams
         self.meter, self.metrics = meter, metrics
+        self.forwarder = Forwarder(meter, metrics, settings.max_decompressed_mb * 1024 * 1024)
         self.max_body = settings.max_body_mb * 1024 * 1024
         # sha256(key) hex -> tenant; compared with hmac.compare_digest below.
         self.keys = [(h, t.name) for t in settings.tenants for h in t.key_sha256]
@@ -112,9 +111,30 @@ class Relay:
         out_headers = request_headers(headers, up, metered=endpoint in METERED, anthropic=anthropic,
                                       strip_client_auth=bool(self.keys))
         url = target_url(up, path, scope.get("query_string", b""))
+        out = Outbound(self.upstreams[up.name], method, url, out_headers, body, drop_usage_only, anthropic)
+        await self._forward(ex, out, scope, receive, send)
+
+    async def _forward(self, ex: Exchange, out: Outbound, scope: Scope, receive: Receive, send: Send) -> None:
+        """Forward while watching for the client to leave: if it does, the forwarding task is
+        cancelled, the upstream connection dropped, and the record says client_closed."""
+        gone = _Departure(asyncio.current_task(self.loop))
         watch = (scope.get("extensions") or {}).get(DISCONNECT)
-        await self._forward(ex, up, method, url, out_headers, body, drop_usage_only, anthropic, receive, send,
-                            watch)
+        watcher: asyncio.Task[None] | None = None
+        if watch is not None:
+            watch(gone)
+        else:  # another server than ours: wait in receive() for the client to leave
+            watcher = asyncio.create_task(_watch_disconnect(receive, gone))
+        try:
+            await self.forwarder.run(ex, out, send)
+        except asyncio.CancelledError:
+            if not gone.happened or gone.task is None:
+                raise
+            gone.task.uncancel()  # we cancelled ourselves because the client left
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+            elif watch is not None:
+                watch(None)
 
     def _authenticate(self, headers: list[tuple[bytes, bytes]]) -> str | None:
         if not self.keys:
@@ -150,148 +170,8 @@ class Relay:
     async def _reject(self, ex: Exchange, send: Send, status: int, message: str, code: str, kind: str,
                       anthropic: bool, anthropic_kind: str | None = None) -> None:
         body = error_body(message, anthropic_kind or kind if anthropic else kind, code, anthropic)
-        await _send_whole(send, status, body)
+        await send_whole(send, status, body)
         ex.code, ex.outcome = status, "rejected"
-        self.meter.record(ex, Observed(), None, "upstream")
-
-    async def _forward(self, ex: Exchange, up: Upstream, method: str, url: str,
-                       headers: list[tuple[str, str]], body: bytes, drop_usage_only: bool,
-                       anthropic: bool, receive: Receive, send: Send,
-                       watch: Callable[[Callable[[], None] | None], None] | None) -> None:
-        gone = _Departure(asyncio.current_task(self.loop))
-        watcher: asyncio.Task[None] | None = None
-        if watch is not None:
-            watch(gone)
-        else:  # another server than ours: wait in receive() for the client to leave
-            watcher = asyncio.create_task(_watch_disconnect(receive, gone))
-        tap: StreamTap | None = None
-        recorded = False
-        resp: Response | None = None
-        held: bytes | None = None
-        try:
-            ex.overhead_s += time.perf_counter() - ex.t0
-            try:
-                resp = await self.pool.request(method, url, headers, body)
-            except TimeoutError:
-                self.metrics.upstream_errors.labels(up.name, "timeout").inc()
-                await self._fail(ex, send, 504, "upstream_timeout", "the upstream did not answer in time",
-                                 anthropic)
-                recorded = True
-                return
-            except Unreachable as e:
-                self.metrics.upstream_errors.labels(up.name, "unreachable").inc()
-                await self._fail(ex, send, 502, "upstream_unreachable",
-                                 f"the upstream could not be reached ({type(e).__name__})", anthropic)
-                recorded = True
-                return
-            t_mark = time.perf_counter()
-            ex.code = resp.status
-            ex.upstream_request_id = resp.header(b"x-request-id") or resp.header(b"request-id")
-            if resp.status >= 400:
-                ex.outcome = "upstream_http_error"
-                if resp.status >= 500 or resp.status == 429:
-                    self.metrics.upstream_errors.labels(up.name, "http_error").inc()
-            metered = ex.endpoint in METERED
-            is_sse = resp.content_type == "text/event-stream"
-            encoding = (resp.header(b"content-encoding") or "").lower()
-            decoder = _decoder(encoding) if metered else None
-            if metered and encoding not in ("", "identity") and decoder is None:
-                metered = False  # an encoding we cannot read: relay untouched, estimate instead
-            edit = drop_usage_only and is_sse and not encoding
-            tap = StreamTap(ex.endpoint, edit) if metered and is_sse else None
-            await send({"type": "http.response.start", "status": resp.status,
-                        "headers": response_headers(resp.raw_headers, body_edited=edit)})
-            ex.overhead_s += time.perf_counter() - t_mark
-            buffered = bytearray()
-            async for chunk in resp:
-                t_mark = time.perf_counter()
-                if tap is not None:
-                    if decoder is None:
-                        out = tap.feed(chunk)
-                    else:
-                        tap.feed(decoder.decompress(chunk))
-                        out = chunk  # a compressed stream is relayed as it came
-                    if ex.ttft_s is None and tap.content_started:
-                        ex.ttft_s = t_mark - ex.t0
-                    if tap.done and not recorded:
-                        recorded = True
-                        await self._finish(ex, tap.observed(), tap.completion_text)
-                    ex.overhead_s += time.perf_counter() - t_mark
-                    if out:
-                        await send({"type": "http.response.body", "body": out, "more_body": True})
-                    continue
-                if metered and len(buffered) < MAX_METERED_BODY:
-                    buffered += chunk
-                # Hold the newest chunk back: the record is journaled before the last one goes out.
-                if held is not None:
-                    await send({"type": "http.response.body", "body": held, "more_body": True})
-                held = chunk
-                ex.overhead_s += time.perf_counter() - t_mark
-            t_mark = time.perf_counter()
-            if tap is not None:
-                rest = tap.finish()
-                if not recorded:
-                    recorded = True
-                    await self._finish(ex, tap.observed(), tap.completion_text)
-                ex.overhead_s += time.perf_counter() - t_mark
-                await send({"type": "http.response.body", "body": rest, "more_body": False})
-                return
-            if not recorded:
-                recorded = True
-                if metered:
-                    data = bytes(buffered)
-                    if decoder is not None:
-                        data = _decompress_all(encoding, data)
-                    observed, text = read_body(ex.endpoint, data)
-                    await self._finish(ex, observed, text)
-                else:
-                    self.meter.record(ex, Observed(), None, "upstream")
-            ex.overhead_s += time.perf_counter() - t_mark
-            await send({"type": "http.response.body", "body": held or b"", "more_body": False})
-        except asyncio.CancelledError:
-            if not gone.happened or gone.task is None:
-                raise
-            gone.task.uncancel()  # we cancelled ourselves because the client left
-            ex.outcome = "client_closed"
-            if not recorded:
-                recorded = True
-                await self._record_partial(ex, tap)
-        except (Broken, TimeoutError) as e:
-            timeout = isinstance(e, TimeoutError)
-            kind = "timeout" if timeout else "reset"
-            self.metrics.upstream_errors.labels(up.name, kind).inc()
-            ex.outcome = "upstream_timeout" if timeout else "upstream_reset"
-            if not recorded:
-                recorded = True
-                await self._record_partial(ex, tap)
-            raise StreamBroken(f"upstream {kind} mid-response") from e
-        finally:
-            if watcher is not None:
-                watcher.cancel()
-            elif watch is not None:
-                watch(None)
-            if resp is not None:
-                if recorded and ex.outcome == "ok":
-                    resp.release()
-                else:
-                    resp.close()  # a half-read or abandoned body: drop the connection
-
-    async def _finish(self, ex: Exchange, observed: Observed, text: Callable[[], str]) -> None:
-        if not self.meter.needs_estimate(ex, observed):
-            self.meter.record(ex, observed, observed.usage, "upstream")  # no await: no task to make
-            return
-        # Shielded: a client leaving mid-estimate must not cost the record.
-        await asyncio.shield(self.meter.finish(ex, observed, text))
-
-    async def _record_partial(self, ex: Exchange, tap: StreamTap | None) -> None:
-        observed = tap.observed() if tap is not None else Observed()
-        await self._finish(ex, observed, tap.completion_text if tap is not None else str)
-
-    async def _fail(self, ex: Exchange, send: Send, status: int, outcome: str, message: str,
-                    anthropic: bool) -> None:
-        kind = "api_error" if anthropic else "upstream_error"
-        await _send_whole(send, status, error_body(message, kind, outcome, anthropic))
-        ex.code, ex.outcome = status, outcome
         self.meter.record(ex, Observed(), None, "upstream")
 
 
@@ -357,25 +237,3 @@ def _inject_include_usage(req: Any, body: bytes) -> tuple[bytes, bool]:
     new = dict(req)
     new["stream_options"] = {**(opts if isinstance(opts, dict) else {}), "include_usage": True}
     return orjson.dumps(new), True
-
-
-def _decoder(encoding: str) -> Any:
-    if encoding == "gzip":
-        return zlib.decompressobj(16 + zlib.MAX_WBITS)
-    if encoding == "deflate":
-        return zlib.decompressobj()
-    return None
-
-
-def _decompress_all(encoding: str, data: bytes) -> bytes:
-    try:
-        return zlib.decompress(data, 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS)
-    except zlib.error:
-        return b""
-
-
-async def _send_whole(send: Send, status: int, body: bytes) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body, "more_body": False})

@@ -1,40 +1,42 @@
-"""The relay's upstream HTTP/1.1 client: pooled keep-alive connections on asyncio protocols.
+"""The relay's upstream client: pooled keep-alive connections, at most `max_connections`
+per upstream.
 
 Why not a general-purpose client: on the relay's hot path aiohttp's client cost ~150 µs of
-CPU per request on this machine against ~40 µs for this one (README "Benchmarks"). It does
-only what a relay needs: one request per connection at a time, the response head parsed by
-httptools, the body handed on as it arrives (chunked framing removed, content encoding
-left alone), read timeouts between reads, and back-pressure when the consumer is slower
-than the upstream.
-
-Errors: `Unreachable` (no connection, or it died before any response byte), `Broken`
-(the connection failed after the response started) and the builtin `TimeoutError`.
+CPU per request on this machine against ~40 µs for this one (docs "Decisions"). It does
+only what a relay needs, and holds itself to what aiohttp and Envoy promise:
+- a request is written once: it is re-sent on a fresh connection only when the pooled
+  connection was found closed before any byte of it was written — after that, a failure
+  is the client's 502, never a second (billed) upstream request;
+- at most `max_connections` connections per upstream; requests beyond wait in order for
+  one, at most `connect_timeout_s` (then `PoolTimeout`);
+- an idle connection is closed after `idle_s` (or sooner when the upstream's
+  `Keep-Alive: timeout=N` says it will close first);
+- a connection is reused only when its response was read whole and nothing followed it
+  (proxy/upstream/connection.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-import ssl
-from collections.abc import Iterable
-from typing import cast
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
 
-import httptools
+from proxy.errors import PoolTimeout
+from proxy.settings import Upstream
+from proxy.upstream.connection import Connection
+from proxy.upstream.egress import Route, open_connection, route_for, unreachable
 
-from proxy.errors import Broken, Unreachable
-
-BUFFER_HIGH = 256 * 1024  # body bytes buffered before the upstream socket is paused
-_NO_BODY = frozenset({204, 304})
 _SAFE_TARGET = re.compile(r"[^\x00-\x20\x7f]+").fullmatch
 
 
 class Response:
     """One response: its head at once, its body read with `async for chunk in response`."""
 
-    __slots__ = ("_conn", "raw_headers", "status")
+    __slots__ = ("_conn", "_done", "_owner", "raw_headers", "status")
 
-    def __init__(self, conn: _Connection) -> None:
-        self._conn = conn
+    def __init__(self, conn: Connection, owner: UpstreamClient) -> None:
+        self._conn, self._owner, self._done = conn, owner, False
         self.status = conn.status
         self.raw_headers: list[tuple[bytes, bytes]] = conn.headers  # names in lower case
 
@@ -51,6 +53,11 @@ class Response:
         value = self.header(b"content-type") or ""
         return value.split(";", 1)[0].strip().lower()
 
+    @property
+    def at_end(self) -> bool:
+        """The body has been read whole: the chunk just read was the last."""
+        return self._conn.at_end
+
     def __aiter__(self) -> Response:
         return self
 
@@ -61,277 +68,218 @@ class Response:
         return chunk
 
     def release(self) -> None:
-        """Done with the response: a fully read keep-alive connection goes back to the pool."""
-        self._conn.finish()
+        """Done with the response: a connection whose response was read whole goes back to
+        the pool (whatever its status: a 429 keeps its connection); any other is closed."""
+        if not self._done:
+            self._done = True
+            self._owner.release(self._conn)
 
     def close(self) -> None:
         """Drop the connection (a body not read to its end cannot be reused)."""
-        self._conn.drop()
+        if not self._done:
+            self._done = True
+            self._conn.drop()
+            self._owner.release(self._conn)
 
 
-class _Connection(asyncio.Protocol):
-    """One upstream connection; carries one exchange at a time."""
+class _Origin:
+    """One scheme://host:port of an upstream: how to reach it, and its idle connections."""
 
-    def __init__(self, host: HostPool) -> None:
-        self.host = host
-        self.loop = asyncio.get_running_loop()
-        self.transport: asyncio.Transport | None = None
-        self.parser = httptools.HttpResponseParser(self)
-        self.closed = False
-        self.reused = False
-        self._reset()
-
-    def _reset(self) -> None:
-        self.status = 0
-        self.headers: list[tuple[bytes, bytes]] = []
-        self.keep_alive = False
-        self.until_close = False  # no length and not chunked: the body ends when the connection does
-        self.started = False  # any response byte arrived
-        self.complete = False
-        self.exc: BaseException | None = None
-        self.head: asyncio.Future[None] | None = None
-        self._chunks: list[bytes] = []
-        self._buffered = 0
-        self._paused = False
-        self._waiter: asyncio.Future[None] | None = None
-        self._no_body = False
-
-    # --- asyncio.Protocol -------------------------------------------------------------
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-
-    def data_received(self, data: bytes) -> None:
-        if self.head is None:  # bytes on an idle connection: nothing asked for them
-            self.drop()
-            return
-        self.started = True
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserError as e:
-            self._fail(Broken(f"malformed response from the upstream: {e}"))
-            self.drop()
-
-    def eof_received(self) -> bool | None:
-        return None  # let the transport close; connection_lost does the rest
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        self.host.forget(self)
-        if self.until_close and self.status and not self.complete and exc is None:
-            self.complete = True
-            self._wake()
-            return
-        if not self.complete:
-            why = f"upstream connection lost ({type(exc).__name__})" if exc else "upstream closed the connection"
-            self._fail(Broken(why) if self.status else Unreachable(why))
-
-    # --- httptools callbacks ----------------------------------------------------------
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name.lower(), value))  # names are case-insensitive; lower once, here
-
-    def on_headers_complete(self) -> None:
-        status = self.parser.get_status_code()
-        if status < 200:  # 1xx interim answers: wait for the real one
-            self.headers = []
-            return
-        self.status = status
-        self.keep_alive = bool(self.parser.should_keep_alive())
-        if not self._no_body and status not in _NO_BODY:
-            framed = any(k in (b"content-length", b"transfer-encoding") for k, _ in self.headers)
-            self.until_close = not framed
-        head = self.head
-        if head is not None and not head.done():
-            head.set_result(None)
-        if self._no_body:  # a HEAD answer: its length header promises a body that never comes
-            self.complete = True
-            self.keep_alive = False
-
-    def on_body(self, body: bytes) -> None:
-        self._chunks.append(body)
-        self._buffered += len(body)
-        if self._buffered > BUFFER_HIGH and not self._paused and self.transport is not None:
-            self._paused = True
-            self.transport.pause_reading()
-        self._wake()
-
-    def on_message_complete(self) -> None:
-        if self.status:
-            self.complete = True
-            self._wake()
-
-    # --- the exchange -----------------------------------------------------------------
-    async def exchange(self, data: bytes, head_only: bool, read_timeout: float) -> Response:
-        assert self.transport is not None
-        self._no_body = head_only
-        self.head = self.loop.create_future()
-        self.transport.write(data)
-        await self._wait(self.head, read_timeout)
-        return Response(self)
-
-    async def read(self) -> bytes:
-        """Body bytes buffered so far (at least one byte), or b"" at the end."""
-        while True:
-            chunks = self._chunks
-            if chunks:
-                self._chunks = []
-                self._buffered = 0
-                if self._paused and self.transport is not None:
-                    self._paused = False
-                    self.transport.resume_reading()
-                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-            if self.complete:
-                return b""
-            if self.exc is not None:
-                raise self.exc
-            waiter = self._waiter = self.loop.create_future()
-            try:
-                await self._wait(waiter, self.host.read_timeout)
-            finally:
-                self._waiter = None
-
-    async def _wait(self, fut: asyncio.Future[None], timeout: float) -> None:
-        timer = self.loop.call_later(timeout, _expire, fut)
-        try:
-            await fut
-        finally:
-            timer.cancel()
-
-    def _wake(self) -> None:
-        w = self._waiter
-        if w is not None and not w.done():
-            w.set_result(None)
-
-    def _fail(self, exc: BaseException) -> None:
-        if self.exc is None:
-            self.exc = exc
-        head = self.head
-        if head is not None and not head.done():
-            head.set_exception(exc)
-        w = self._waiter
-        if w is not None and not w.done():
-            w.set_exception(exc)
-
-    def finish(self) -> None:
-        if self.complete and self.keep_alive and not self.closed and not self._chunks:
-            self._reset()
-            self.reused = True
-            self.host.put(self)
-        else:
-            self.drop()
-
-    def drop(self) -> None:
-        if self.transport is not None and not self.closed:
-            self.closed = True
-            self.transport.close()
-        self.host.forget(self)
+    def __init__(self, route: Route) -> None:
+        self.route = route
+        name = f"[{route.host}]" if ":" in route.host else route.host
+        default = 443 if route.tls else 80
+        # No zone id (route.host has none) and IDNA for names: what a Host header may carry.
+        self.host_header = (name if route.port == default else f"{name}:{route.port}").encode("idna")
+        self.idle: list[Connection] = []
 
 
-def _expire(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_exception(TimeoutError())
+class UpstreamClient:
+    """Every connection to one upstream; `request(method, absolute_url, headers, body)`."""
 
-
-class HostPool:
-    """Keep-alive connections to one origin (scheme://host:port)."""
-
-    def __init__(self, origin: str, connect_timeout: float, read_timeout: float) -> None:
-        scheme, _, hostport = origin.partition("://")
-        self.tls = scheme.lower() == "https"
-        default = 443 if self.tls else 80
-        self.host, self.port = _split_hostport(hostport, default)
-        name = f"[{self.host}]" if ":" in self.host else self.host
-        self.host_header = (name if self.port == default else f"{name}:{self.port}").encode("idna")
+    def __init__(self, upstream: Upstream, connect_timeout: float, read_timeout: float, *,
+                 env: Mapping[str, str] | None = None,
+                 on_waiting: Callable[[int], None] | None = None) -> None:
+        self.upstream = upstream
         self.connect_timeout, self.read_timeout = connect_timeout, read_timeout
-        self._ssl: ssl.SSLContext | None = ssl.create_default_context() if self.tls else None
-        self._idle: list[_Connection] = []
-        self._all: set[_Connection] = set()
+        self.max_connections, self.idle_s = upstream.max_connections, upstream.idle_s
+        self.env = env
+        self.on_waiting = on_waiting  # +1 / -1 as requests start and stop waiting for a connection
+        self._origins: dict[str, _Origin] = {}
+        self._owned: dict[Connection, _Origin] = {}
+        self._opening = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
 
-    async def request(self, method: str, target: str, headers: Iterable[tuple[str, str]],
-                      body: bytes) -> Response:
-        lines = [f"{name}: {value}\r\n" for name, value in headers]
-        block = "".join(lines)
-        # A CR or LF inside a name, value or the target would let one request smuggle another.
-        if block.count("\n") != len(lines) or block.count("\r") != len(lines) or not _SAFE_TARGET(target):
-            raise ValueError("header or request target with a line break")
-        length = b"content-length: %d\r\n" % len(body) if body or method in ("POST", "PUT", "PATCH") else b""
-        data = b"".join((f"{method} {target} HTTP/1.1\r\nhost: ".encode("latin-1"), self.host_header, b"\r\n",
-                         block.encode("latin-1"), length, b"\r\n", body))
-        head_only = method == "HEAD"
-        while True:
-            conn = self._take()
-            fresh = conn is None
-            if conn is None:
-                conn = await self._connect()
-            try:
-                return await conn.exchange(data, head_only, self.read_timeout)
-            except Unreachable:
-                conn.drop()
-                # A reused connection the upstream closed while idle: try once more on a new one.
-                if fresh or conn.started:
-                    raise
-            except BaseException:
-                conn.drop()
-                raise
+    @property
+    def open_connections(self) -> int:
+        return len(self._owned) + self._opening
 
-    def _take(self) -> _Connection | None:
-        while self._idle:
-            conn = self._idle.pop()
-            if not conn.closed and conn.transport is not None and not conn.transport.is_closing():
-                return conn
-        return None
-
-    async def _connect(self) -> _Connection:
-        loop = asyncio.get_running_loop()
-        try:
-            _, conn = await asyncio.wait_for(
-                loop.create_connection(lambda: _Connection(self), self.host, self.port, ssl=self._ssl,
-                                       server_hostname=self.host if self.tls else None),
-                self.connect_timeout)
-        except TimeoutError:
-            raise
-        except (OSError, ssl.SSLError) as e:
-            raise Unreachable(f"cannot connect to {self.host}:{self.port} ({type(e).__name__})") from e
-        self._all.add(conn)
-        return conn
-
-    def put(self, conn: _Connection) -> None:
-        self._idle.append(conn)
-
-    def forget(self, conn: _Connection) -> None:
-        self._all.discard(conn)
-
-    def close(self) -> None:
-        for conn in list(self._all):
-            conn.drop()
-        self._idle.clear()
-
-
-def _split_hostport(hostport: str, default: int) -> tuple[str, int]:
-    if hostport.startswith("["):  # [v6]:port
-        host, _, rest = hostport[1:].partition("]")
-        return host, int(rest[1:]) if rest.startswith(":") else default
-    host, sep, port = hostport.rpartition(":")
-    if sep and port.isdigit():
-        return host, int(port)
-    return hostport, default
-
-
-class Client:
-    """Pools per origin; `request(method, absolute_url, headers, body)`."""
-
-    def __init__(self, connect_timeout: float, read_timeout: float) -> None:
-        self.connect_timeout, self.read_timeout = connect_timeout, read_timeout
-        self._hosts: dict[str, HostPool] = {}
+    @property
+    def waiting(self) -> int:
+        return sum(1 for w in self._waiters if not w.done())
 
     async def request(self, method: str, url: str, headers: Iterable[tuple[str, str]], body: bytes) -> Response:
         i = url.find("/", url.find("//") + 2)
-        origin, target = (url, "/") if i == -1 else (url[:i], url[i:])
-        pool = self._hosts.get(origin)
-        if pool is None:
-            pool = self._hosts[origin] = HostPool(origin, self.connect_timeout, self.read_timeout)
-        return await pool.request(method, target, headers, body)
+        origin_url, target = (url, "/") if i == -1 else (url[:i], url[i:])
+        origin = self._origins.get(origin_url)
+        if origin is None:
+            origin = self._origins[origin_url] = _Origin(route_for(self.upstream, origin_url, self.env))
+        data = _request_bytes(origin, method, target, headers, body)
+        conn = await self._acquire(origin)
+        try:
+            await conn.exchange(data, method == "HEAD")
+        except BaseException:
+            conn.drop()
+            self.release(conn)
+            raise
+        return Response(conn, self)
+
+    async def _acquire(self, origin: _Origin) -> Connection:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.connect_timeout
+        while True:
+            conn = self._take_idle(origin)
+            if conn is not None:
+                return conn
+            if self.open_connections >= self.max_connections:
+                self._close_idle_elsewhere(origin)
+            if self.open_connections < self.max_connections:
+                return await self._connect(origin)
+            await self._wait_turn(deadline - loop.time())
+
+    def _take_idle(self, origin: _Origin) -> Connection | None:
+        while origin.idle:
+            conn = origin.idle.pop()
+            if conn.idle_timer is not None:
+                conn.idle_timer.cancel()
+                conn.idle_timer = None
+            # Found closed before anything was written: the one case where a fresh connection
+            # may carry the request instead.
+            if conn.reusable():
+                return conn
+            conn.drop()
+        return None
+
+    def _close_idle_elsewhere(self, origin: _Origin) -> None:
+        """At the limit with idle connections to the upstream's other origin: free one."""
+        for other in self._origins.values():
+            if other is not origin and other.idle:
+                other.idle.pop(0).drop()  # connection_lost will forget it
+                return
+
+    async def _connect(self, origin: _Origin) -> Connection:
+        self._opening += 1
+        try:
+            route = origin.route
+            _, conn = await open_connection(
+                route, lambda: Connection(self._forget, self.read_timeout, lambda exc: unreachable(route, exc)),
+                self.connect_timeout)
+        except BaseException:
+            self._opening -= 1
+            self._wake_one()
+            raise
+        self._opening -= 1
+        self._owned[conn] = origin
+        return conn
+
+    async def _wait_turn(self, timeout: float) -> None:
+        if timeout <= 0:
+            raise PoolTimeout(f"no connection to upstream {self.upstream.name!r} came free within "
+                              f"{self.connect_timeout:g} s (max_connections = {self.max_connections})")
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        if self.on_waiting is not None:
+            self.on_waiting(1)
+        try:
+            await asyncio.wait_for(waiter, timeout)
+        except TimeoutError:
+            raise PoolTimeout(f"no connection to upstream {self.upstream.name!r} came free within "
+                              f"{self.connect_timeout:g} s (max_connections = {self.max_connections})") from None
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self._wake_one()  # woken, then cancelled: pass the turn on
+            raise
+        finally:
+            if self.on_waiting is not None:
+                self.on_waiting(-1)
+            if not waiter.done():
+                waiter.cancel()
+
+    def release(self, conn: Connection) -> None:
+        """An exchange is over: keep the connection for the next request, or let it go."""
+        origin = self._owned.get(conn)
+        if origin is not None and conn.finish():
+            origin.idle.append(conn)
+            idle_s = self.idle_s
+            if conn.keep_alive_hint is not None:  # close before the upstream does
+                idle_s = min(idle_s, max(conn.keep_alive_hint - 1, 0.5))
+            conn.idle_timer = asyncio.get_running_loop().call_later(idle_s, self._expire_idle, conn)
+        self._wake_one()
+
+    def _expire_idle(self, conn: Connection) -> None:
+        origin = self._owned.get(conn)
+        if origin is not None and conn in origin.idle:
+            origin.idle.remove(conn)
+        conn.idle_timer = None
+        conn.drop()
+
+    def _forget(self, conn: Connection) -> None:
+        origin = self._owned.pop(conn, None)
+        if origin is not None and conn in origin.idle:
+            origin.idle.remove(conn)
+        self._wake_one()
+
+    def _wake_one(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
 
     def close(self) -> None:
-        for pool in self._hosts.values():
-            pool.close()
-        self._hosts.clear()
+        for conn in list(self._owned):
+            conn.drop()
+        for origin in self._origins.values():
+            origin.idle.clear()
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.cancel()
+
+
+class Upstreams:
+    """One client per upstream, owned by the app's lifespan."""
+
+    def __init__(self, upstreams: Iterable[Upstream], connect_timeout: float, read_timeout: float, *,
+                 env: Mapping[str, str] | None = None,
+                 on_waiting: Callable[[str, int], None] | None = None) -> None:
+        self.clients: dict[str, UpstreamClient] = {}
+        for up in upstreams:
+            hook = None if on_waiting is None else _bind(on_waiting, up.name)
+            self.clients[up.name] = UpstreamClient(up, connect_timeout, read_timeout, env=env, on_waiting=hook)
+
+    def __getitem__(self, name: str) -> UpstreamClient:
+        return self.clients[name]
+
+    def close(self) -> None:
+        for client in self.clients.values():
+            client.close()
+
+
+def _bind(hook: Callable[[str, int], None], name: str) -> Callable[[int], None]:
+    return lambda delta: hook(name, delta)
+
+
+def _request_bytes(origin: _Origin, method: str, target: str, headers: Iterable[tuple[str, str]],
+                   body: bytes) -> bytes:
+    route = origin.route
+    all_headers = [*headers, *route.proxy_headers]
+    lines = [f"{name}: {value}\r\n" for name, value in all_headers]
+    block = "".join(lines)
+    # A CR or LF inside a name, value or the target would let one request smuggle another.
+    if block.count("\n") != len(lines) or block.count("\r") != len(lines) or not _SAFE_TARGET(target):
+        raise ValueError("header or request target with a line break")
+    if route.absolute_form:  # plain http through an egress proxy: the proxy needs the whole URL
+        target = "http://" + origin.host_header.decode("ascii") + target
+    length = b"content-length: %d\r\n" % len(body) if body or method in ("POST", "PUT", "PATCH") else b""
+    return b"".join((f"{method} {target} HTTP/1.1\r\nhost: ".encode("latin-1"), origin.host_header, b"\r\n",
+                     block.encode("latin-1"), length, b"\r\n", body))

@@ -1,9 +1,4 @@
-"""Upstreams: which one serves a model, how its URL and headers are built, its client.
-
-The relay's HTTP client is proxy/client.py's: on this stack it costs a fraction of
-aiohttp's, which was itself ~14x faster than httpx (SPEC "Design notes", README
-"Benchmarks"). Keep-alive connections are pooled per origin.
-"""
+"""Routing: which upstream serves a model, and the URL and headers a request goes there with."""
 
 from __future__ import annotations
 
@@ -11,8 +6,7 @@ import fnmatch
 import re
 from collections.abc import Iterable, Sequence
 
-from proxy.settings import Settings, Upstream
-from proxy.upstream.client import Client, Response
+from proxy.settings import Upstream
 
 # RFC 9110 7.6.1 hop-by-hop headers, plus the ones the client library recomputes.
 HOP_BY_HOP = frozenset({
@@ -111,31 +105,17 @@ def request_headers(raw: Iterable[tuple[bytes, bytes]], up: Upstream, *, metered
     return out
 
 
-def response_headers(raw: Iterable[tuple[bytes, bytes]], *, body_edited: bool) -> list[tuple[bytes, bytes]]:
-    out = []
+def response_headers(raw: Iterable[tuple[bytes, bytes]], *, body_edited: bool,
+                     decoded: bool = False) -> list[tuple[bytes, bytes]]:
+    """The upstream's headers minus hop-by-hop ones and those its `Connection` names (RFC
+    9110 7.6.1); an edited body loses its length, a decoded one its content coding too."""
+    raw = list(raw)
+    drop: frozenset[bytes] | set[bytes] = HOP_BY_HOP
     for name, value in raw:
-        low = name.lower()
-        if low in HOP_BY_HOP or (body_edited and low == b"content-length"):
-            continue
-        out.append((low, value))
-    return out
-
-
-class Pool:
-    """The upstream client, keep-alive connections per origin, owned by the app's lifespan."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.client: Client | None = None
-
-    async def open(self) -> None:
-        self.client = Client(self.settings.connect_timeout_s, self.settings.read_timeout_s)
-
-    async def request(self, method: str, url: str, headers: list[tuple[str, str]], body: bytes) -> Response:
-        assert self.client is not None, "Pool.open() first"
-        return await self.client.request(method, url, headers, body)
-
-    async def close(self) -> None:
-        if self.client is not None:
-            self.client.close()
-            self.client = None
+        if name.lower() == b"connection":
+            drop = set(drop) | {v.strip().lower() for v in value.split(b",")}
+    if body_edited or decoded:
+        drop = set(drop) | {b"content-length"}
+    if decoded:
+        drop = set(drop) | {b"content-encoding"}
+    return [(name.lower(), value) for name, value in raw if name.lower() not in drop]

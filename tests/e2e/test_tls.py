@@ -7,6 +7,8 @@ same upstream without it must be refused as unreachable, never silently trusted.
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import json
 import shutil
 import subprocess
@@ -23,6 +25,7 @@ from openai import OpenAI
 from tests.fake_upstream import FakeUpstream
 from tests.serve import free_port
 from tests.strict import require
+from tests.upstream.egress_servers import ConnectProxy
 
 USAGE = {"prompt": 1200, "cached": 1000, "completion": 50}
 
@@ -86,3 +89,57 @@ def test_an_untrusted_certificate_is_refused(tls_upstream: tuple[str, Path], ser
     assert getattr(e.value, "status_code", None) == 502
     [row] = proxy.rows(expect=1)
     assert row["outcome"] == "upstream_unreachable"
+    # The client and the log say why: the certificate, not just "unreachable" (issue: egress).
+    message = str(getattr(e.value, "message", e.value))
+    assert "not trusted" in message and "certificate" in message, message
+    assert "not trusted" in proxy.output()
+
+
+@pytest.fixture
+def connect_proxy() -> Iterator[ConnectProxy]:
+    """An HTTP CONNECT proxy on 127.0.0.1, on an event loop of its own."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    proxy = ConnectProxy(auth="Basic " + base64.b64encode(b"me:secret").decode())
+    asyncio.run_coroutine_threadsafe(proxy.__aenter__(), loop).result(10)
+    yield proxy
+
+    async def shutdown() -> None:
+        await proxy.__aexit__(None, None, None)
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    asyncio.run_coroutine_threadsafe(shutdown(), loop).result(10)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(5)
+    loop.close()
+
+
+def test_ca_file_trusts_a_private_ca_and_https_proxy_carries_it(tls_upstream: tuple[str, Path], serve: Any,
+                                                                connect_proxy: ConnectProxy) -> None:
+    base_url, ca = tls_upstream
+    config = f'[[upstream]]\nname = "private"\nbase_url = "{base_url}"\nca_file = "{ca}"\n'
+    direct = serve(config=config)
+    client = OpenAI(base_url=direct.base_url, api_key="k", max_retries=0)
+    msgs = [{"role": "user", "content": "hi"}]
+    assert client.chat.completions.create(model="kimi-k3.1-pro", messages=msgs).usage is not None  # type: ignore[arg-type]
+    assert connect_proxy.tunnels == 0
+    # The same upstream through an egress proxy named by HTTPS_PROXY: a CONNECT tunnel, TLS inside it.
+    proxied = serve(config=config, env={"HTTPS_PROXY": f"http://me:secret@127.0.0.1:{connect_proxy.port}"})
+    client = OpenAI(base_url=proxied.base_url, api_key="k", max_retries=0)
+    for _ in range(2):  # the tunnelled connection is kept alive and reused
+        r = client.chat.completions.create(model="kimi-k3.1-pro", messages=msgs, extra_headers={  # type: ignore[arg-type]
+            "x-fake-usage": json.dumps(USAGE)})
+        assert r.usage is not None and r.usage.prompt_tokens == 1200
+    port = base_url.split(":")[2].split("/")[0]
+    assert connect_proxy.tunnels == 1 and [s.target for s in connect_proxy.seen] == [f"127.0.0.1:{port}"]
+    assert [(row["outcome"], row["cache_read_tokens"]) for row in proxied.rows(expect=2)] == [("ok", 1000)] * 2
+    assert "secret" not in proxied.output()
+    # upstream.proxy = "none" ignores the environment.
+    bypass = serve(config=config + 'proxy = "none"\n', env={"HTTPS_PROXY": f"http://127.0.0.1:{connect_proxy.port}"})
+    client = OpenAI(base_url=bypass.base_url, api_key="k", max_retries=0)
+    assert client.chat.completions.create(model="kimi-k3.1-pro", messages=msgs).usage is not None  # type: ignore[arg-type]
+    assert connect_proxy.tunnels == 1

@@ -1,0 +1,242 @@
+"""Forwarding one request: open (send it, get the head) → stream (relay the body as it
+arrives, reading usage on the way) → finish (journal the record, then the last bytes).
+
+The record is journaled before the client has the whole response (SPEC "Ledger"): before
+the chunk that completes the body, or before the end of a chunked one. Nothing else is held
+back: every other chunk goes to the client as soon as it arrives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.errors import Broken, MalformedResponse, PoolTimeout, StreamBroken, Unreachable, error_body
+from proxy.meter import METERED, Exchange, Meter
+from proxy.metrics import Metrics
+from proxy.relay.decode import Decoder, decoder_for
+from proxy.tap import StreamTap
+from proxy.upstream.client import Response, UpstreamClient
+from proxy.upstream.routing import response_headers
+from proxy.usage import Observed, read_body
+
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+MAX_METERED_BODY = 64 * 1024 * 1024  # non-streamed bodies kept (in memory) for reading usage
+
+log = logging.getLogger("llmmeter.relay")
+
+
+@dataclass(slots=True)
+class Outbound:
+    """What goes to the upstream, and how the answer is to be treated."""
+
+    client: UpstreamClient
+    method: str
+    url: str
+    headers: list[tuple[str, str]]
+    body: bytes
+    drop_usage_only: bool  # llmmeter asked for the usage chunk: remove it on the way back
+    anthropic: bool  # errors in Anthropic's shape
+
+
+class Forwarder:
+    def __init__(self, meter: Meter, metrics: Metrics, max_decompressed: int) -> None:
+        self.meter, self.metrics = meter, metrics
+        self.max_decompressed = max_decompressed
+
+    async def run(self, ex: Exchange, out: Outbound, send: Send) -> None:
+        """Forward, relay and record. Raises StreamBroken when the upstream failed after the
+        client's response began (the server then aborts the client's connection)."""
+        try:
+            resp = await self._open(ex, out, send)
+        except asyncio.CancelledError:  # the client left before the upstream answered
+            ex.outcome = "client_closed"
+            await self.finish(ex, Observed(), str)
+            raise
+        if resp is None:
+            return
+        stream = _Stream(self, ex, out, resp, send)
+        try:
+            await stream.relay()
+        except asyncio.CancelledError:
+            ex.outcome = "client_closed"
+            raise
+        except (Broken, TimeoutError) as e:
+            kind, outcome = _failure(e)
+            self._upstream_error(out, kind)
+            ex.outcome = outcome
+            await stream.record_partial()
+            log.warning("upstream %s %s mid-response: %s", out.client.upstream.name, kind, e)
+            raise StreamBroken(f"upstream {kind} mid-response") from e
+        finally:
+            if not stream.recorded:
+                await stream.record_partial()
+            if resp.at_end:
+                resp.release()  # read whole, whatever its status: the connection is kept
+            else:
+                resp.close()  # a half-read or abandoned body: drop the connection
+
+    async def _open(self, ex: Exchange, out: Outbound, send: Send) -> Response | None:
+        """The upstream's response head, or None when the client got an error instead."""
+        ex.overhead_s += time.perf_counter() - ex.t0
+        name = out.client.upstream.name
+        try:
+            return await out.client.request(out.method, out.url, out.headers, out.body)
+        except PoolTimeout as e:
+            status, outcome, kind, message = 503, "upstream_timeout", "timeout", str(e)
+        except TimeoutError:
+            status, outcome, kind, message = 504, "upstream_timeout", "timeout", "the upstream did not answer in time"
+        except Unreachable as e:
+            status, outcome, kind, message = 502, "upstream_unreachable", "unreachable", \
+                f"the upstream could not be reached: {e}"
+        except MalformedResponse as e:
+            status, outcome, kind, message = 502, "upstream_malformed", "malformed", \
+                f"the upstream's response was not valid HTTP: {e}"
+        except Broken as e:  # the request was written: it is never sent a second time
+            status, outcome, kind, message = 502, "upstream_reset", "reset", f"the upstream failed: {e}"
+        self._upstream_error(out, kind)
+        log.warning("upstream %s %s: %s", name, kind, message)
+        api_kind = "api_error" if out.anthropic else "upstream_error"
+        await send_whole(send, status, error_body(message, api_kind, outcome, out.anthropic))
+        ex.code, ex.outcome = status, outcome
+        self.meter.record(ex, Observed(), None, "upstream")
+        return None
+
+    def _upstream_error(self, out: Outbound, kind: str) -> None:
+        self.metrics.upstream_errors.labels(out.client.upstream.name, kind).inc()
+
+    async def finish(self, ex: Exchange, observed: Observed, text: Callable[[], str]) -> None:
+        if not self.meter.needs_estimate(ex, observed):
+            self.meter.record(ex, observed, observed.usage, "upstream")  # no await: no task to make
+            return
+        # Shielded: a client leaving mid-estimate must not cost the record.
+        await asyncio.shield(self.meter.finish(ex, observed, text))
+
+
+class _Stream:
+    """One response on its way to the client."""
+
+    def __init__(self, fwd: Forwarder, ex: Exchange, out: Outbound, resp: Response, send: Send) -> None:
+        self.fwd, self.ex, self.resp, self.send = fwd, ex, resp, send
+        self.recorded = False
+        ex.code = resp.status
+        ex.upstream_request_id = resp.header(b"x-request-id") or resp.header(b"request-id")
+        if resp.status >= 400:
+            ex.outcome = "upstream_http_error"
+            if resp.status >= 500 or resp.status == 429:
+                fwd._upstream_error(out, "http_error")
+        self.metered = ex.endpoint in METERED
+        encoding = (resp.header(b"content-encoding") or "").strip().lower()
+        self.decoder: Decoder | None = None
+        if self.metered and encoding not in ("", "identity"):
+            self.decoder = decoder_for(encoding, fwd.max_decompressed)
+            if self.decoder is None:
+                self.metered = False  # a coding we cannot read: relay untouched, estimate instead
+        sse = resp.content_type == "text/event-stream"
+        self.tap = StreamTap(ex.endpoint, out.drop_usage_only) if self.metered and sse else None
+        # An edited stream must be relayed decoded: the usage chunk cannot be cut out of gzip.
+        self.edit = out.drop_usage_only and self.tap is not None
+        self.decoded_out = self.edit and self.decoder is not None
+        self.buffered = bytearray()
+
+    async def relay(self) -> None:
+        ex, resp, send = self.ex, self.resp, self.send
+        t_mark = time.perf_counter()
+        await send({"type": "http.response.start", "status": resp.status,
+                    "headers": response_headers(resp.raw_headers, body_edited=self.edit,
+                                                decoded=self.decoded_out)})
+        ex.overhead_s += time.perf_counter() - t_mark
+        last = b""
+        async for chunk in resp:
+            t_mark = time.perf_counter()
+            out = self._take(chunk)
+            if self.tap is not None and ex.ttft_s is None and self.tap.content_started:
+                ex.ttft_s = t_mark - ex.t0
+            if resp.at_end:
+                last = out  # the body's last bytes: the record goes first
+                break
+            if self.tap is not None and self.tap.done and not self.recorded:
+                await self._record()
+            ex.overhead_s += time.perf_counter() - t_mark
+            if out:
+                await send({"type": "http.response.body", "body": out, "more_body": True})
+        t_mark = time.perf_counter()
+        if self.tap is not None:
+            last += self.tap.finish()
+        if not self.recorded:
+            await self._record()
+        ex.overhead_s += time.perf_counter() - t_mark
+        await send({"type": "http.response.body", "body": last, "more_body": False})
+
+    def _take(self, chunk: bytes) -> bytes:
+        """Feeds the meter; returns what goes to the client."""
+        if not self.metered:
+            return chunk
+        decoder, tap = self.decoder, self.tap
+        if tap is not None:
+            if decoder is None:
+                return tap.feed(chunk)
+            if self.decoded_out:
+                out = b"".join(tap.feed(piece) for piece in decoder.feed(chunk))
+                if decoder.failed:  # the rest could not be relayed decoded
+                    raise Broken(f"the upstream's {decoder.encoding} stream could not be decoded ({decoder.failed})")
+                return out
+            for piece in decoder.feed(chunk):
+                tap.feed(piece)
+            return chunk  # a compressed stream is relayed as it came
+        if decoder is not None:
+            for piece in decoder.feed(chunk):
+                self.buffered += piece
+        elif len(self.buffered) < MAX_METERED_BODY:
+            self.buffered += chunk
+        return chunk
+
+    async def _record(self) -> None:
+        self.recorded = True
+        ex, tap = self.ex, self.tap
+        if tap is not None:
+            if self.decoder is not None and not self.decoded_out:
+                self.decoder.close()
+                if self.decoder.failed:
+                    await self.fwd.finish(ex, Observed(), tap.completion_text)
+                    return
+            await self.fwd.finish(ex, tap.observed(), tap.completion_text)
+            return
+        if not self.metered:
+            self.fwd.meter.record(ex, Observed(), None, "upstream")
+            return
+        if self.decoder is not None:
+            self.decoder.close()
+            if self.decoder.failed:  # corrupt or past the cap: estimated, never lost
+                await self.fwd.finish(ex, Observed(), str)
+                return
+        observed, text = read_body(ex.endpoint, bytes(self.buffered))
+        await self.fwd.finish(ex, observed, text)
+
+    async def record_partial(self) -> None:
+        """The response ended early (client gone, upstream failed): record what was seen."""
+        if self.recorded:
+            return
+        self.recorded = True
+        tap = self.tap
+        observed = tap.observed() if tap is not None else Observed()
+        await self.fwd.finish(self.ex, observed, tap.completion_text if tap is not None else str)
+
+
+def _failure(e: BaseException) -> tuple[str, str]:
+    if isinstance(e, TimeoutError):
+        return "timeout", "upstream_timeout"
+    if isinstance(e, MalformedResponse):
+        return "malformed", "upstream_malformed"
+    return "reset", "upstream_reset"
+
+
+async def send_whole(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()), *(headers or [])]})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
