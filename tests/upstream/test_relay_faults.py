@@ -45,17 +45,20 @@ def post(proxy: Any, body: Any = None, path: str = "/chat/completions", **kw: An
 
 def test_a_request_the_upstream_dropped_is_never_sent_again(rogue: Rogue, serve: Any) -> None:
     def hold_then_drop(req: Request, conn: Conn) -> bool:
+        if req.index == 1:  # the first request on a connection is answered: it is kept alive
+            return answer(body=REPLY)(req, conn)
         time.sleep(0.5)
-        return False  # close without a byte of answer
+        return False  # the next one is held, then the connection closed without a byte of answer
 
     rogue.script = hold_then_drop
     proxy = serve(config=config(rogue))
-    r = post(proxy)
+    assert post(proxy).status_code == 200
+    r = post(proxy)  # on the kept-alive connection
     assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_reset"
     time.sleep(0.3)
-    assert len(rogue.requests) == 1  # billed once upstream, recorded once here
-    [row] = proxy.rows(expect=1)
-    assert (row["outcome"], row["code"]) == ("upstream_reset", 502)
+    assert [(q.connection, q.index) for q in rogue.requests] == [(1, 1), (1, 2)]  # billed once, not twice
+    rows = proxy.rows(expect=2)
+    assert [(row["outcome"], row["code"]) for row in rows] == [("ok", 200), ("upstream_reset", 502)]
 
 
 def test_a_pooled_connection_found_closed_is_replaced_before_writing(rogue: Rogue, serve: Any) -> None:
@@ -141,11 +144,12 @@ def test_an_error_answer_read_whole_keeps_its_connection(rogue: Rogue, serve: An
 def test_each_chunk_reaches_the_client_as_it_arrives(rogue: Rogue, serve: Any, ctype: str, path: str,
                                                      first: bytes) -> None:
     got_first = threading.Event()
+    waited: list[bool] = []
 
     def stream(req: Request, conn: Conn) -> bool:
         conn.send(f"HTTP/1.1 200 OK\r\ncontent-type: {ctype}\r\ntransfer-encoding: chunked\r\n\r\n".encode())
         conn.send(b"%x\r\n%s\r\n" % (len(first), first))
-        got_first.wait(5)  # the second part waits until the client has the first
+        waited.append(got_first.wait(5))  # the second part waits until the client has the first
         conn.send(b"4\r\nlast\r\n0\r\n\r\n")
         return True
 
@@ -156,14 +160,16 @@ def test_each_chunk_reaches_the_client_as_it_arrives(rogue: Rogue, serve: Any, c
         assert next(chunks) == first
         got_first.set()
         assert b"".join(chunks) == b"last"
+    assert waited == [True]  # the client had the first part before the second existed
 
 
 def test_a_length_delimited_body_is_relayed_as_it_arrives(rogue: Rogue, serve: Any) -> None:
     got_first = threading.Event()
+    waited: list[bool] = []
 
     def parts(req: Request, conn: Conn) -> bool:
         conn.send(b"HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\ncontent-length: 8\r\n\r\nfirst")
-        got_first.wait(5)
+        waited.append(got_first.wait(5))
         conn.send(b"end")
         return True
 
@@ -174,6 +180,7 @@ def test_a_length_delimited_body_is_relayed_as_it_arrives(rogue: Rogue, serve: A
         assert next(chunks) == b"first"
         got_first.set()
         assert b"".join(chunks) == b"end"
+    assert waited == [True]
 
 
 # --- 6. no poisoned connections -------------------------------------------------------------
