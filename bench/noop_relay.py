@@ -17,7 +17,7 @@ import uvicorn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from proxy.server.coalesce import RelayProtocol
+from proxy.server.protocol import RelayProtocol
 from proxy.upstream.client import Client
 
 Scope = MutableMapping[str, Any]

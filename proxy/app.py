@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +22,7 @@ from proxy.ledger.group import GroupCommit
 from proxy.meter import Meter
 from proxy.metrics import Metrics
 from proxy.relay.handler import Receive, Relay, Scope, Send
-from proxy.server.coalesce import BEFORE_SEND
+from proxy.server.protocol import ServerLimits
 from proxy.settings import Settings
 from proxy.tokens import Estimator
 from proxy.upstream.routing import Pool, Router
@@ -60,6 +61,10 @@ class LLMMeter:
         meter = Meter(parts.book, estimator, s.workloads, self.group, parts.metrics)
         self.relay = Relay(s, Router(s.upstreams), self.pool, meter, parts.metrics)
         self.admin = _admin_app(parts)
+        # What the serving protocol (proxy/server/protocol.py) takes from the app it serves.
+        self.server_limits = ServerLimits.from_settings(s)
+        # Journals the turn's records before its bytes leave; holds nothing until startup binds the group.
+        self.before_send: Callable[[], None] = self.group.commit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -81,15 +86,12 @@ class LLMMeter:
                     loop = asyncio.get_running_loop()
                     self.group.bind(loop)
                     self.relay.loop = loop
-                    BEFORE_SEND.append(self.group.commit)
                 except Exception as e:
                     await send({"type": "lifespan.startup.failed", "message": str(e)})
                     return
                 await send({"type": "lifespan.startup.complete"})
             elif msg["type"] == "lifespan.shutdown":
                 await self.pool.close()
-                if self.group.commit in BEFORE_SEND:
-                    BEFORE_SEND.remove(self.group.commit)
                 self.group.bind(None)
                 await asyncio.to_thread(self.parts.ledger.close)
                 await send({"type": "lifespan.shutdown.complete"})

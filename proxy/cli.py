@@ -99,7 +99,7 @@ def _settings(args: argparse.Namespace, **flags: object) -> config.Settings:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from proxy.server.coalesce import RelayProtocol
+    from proxy.server.protocol import RelayProtocol
 
     flags = dict(host=args.host, port=args.port, upstream=args.upstream, db=args.db, prices=args.prices,
                  workers=args.workers)
@@ -113,7 +113,7 @@ def _serve(args: argparse.Namespace) -> int:
     # No X-Forwarded-* rewriting (nothing reads the client address), no per-request middleware.
     options: dict[str, Any] = dict(host=s.host, port=s.port, loop="uvloop", http=RelayProtocol, lifespan="on",
                                    access_log=False, server_header=False, date_header=False, log_level="info",
-                                   timeout_keep_alive=75, proxy_headers=False)
+                                   proxy_headers=False)  # the idle timeout is the protocol's (ServerLimits)
     if s.workers > 1:
         from proxy.server import workers
 

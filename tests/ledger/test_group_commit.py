@@ -1,4 +1,7 @@
-"""Group commit: a turn's records go to the journal in one write, before any of its bytes leave."""
+"""Group commit: a turn's records go to the journal in one write, before any of its bytes leave.
+
+The serving transport takes the commit as its before-send hook; the protocol takes the hook
+from the app it serves (LLMMeter.before_send)."""
 
 from __future__ import annotations
 
@@ -10,8 +13,11 @@ import orjson
 
 from proxy.ledger import Ledger
 from proxy.ledger.group import GroupCommit
-from proxy.server.coalesce import BEFORE_SEND, CoalescingTransport
+from proxy.app import create_app
+from proxy.server.coalesce import CoalescingTransport
+from proxy.settings import load
 from tests.ledger.helpers import EVER, full_record
+from tests.server.fakes import Conn
 
 
 def journal_ids(journal: Path) -> list[str]:
@@ -43,8 +49,7 @@ def test_a_turns_records_are_journaled_together_before_its_bytes_are_sent(tmp_pa
         loop = asyncio.get_running_loop()
         group.bind(loop)
         sock = Socket(journal)
-        transport = CoalescingTransport(sock, loop)  # type: ignore[arg-type]
-        BEFORE_SEND.append(group.commit)
+        transport = CoalescingTransport(sock, loop, group.commit)  # type: ignore[arg-type]
         try:
             transport.write(b"head")  # its flush is scheduled before any record exists
             group.append(full_record(1))
@@ -57,13 +62,36 @@ def test_a_turns_records_are_journaled_together_before_its_bytes_are_sent(tmp_pa
             await asyncio.sleep(0)
             assert journal_ids(journal) == ["req-00000001", "req-00000002", "req-00000003"]
         finally:
-            BEFORE_SEND.remove(group.commit)
             group.bind(None)
 
     asyncio.run(turn())
     assert ledger.flush()
     assert [r.id for r in ledger.rows(*EVER)] == ["req-00000001", "req-00000002", "req-00000003"]
     ledger.close()
+
+
+def test_the_served_apps_records_are_journaled_before_the_protocol_sends(tmp_path: Path) -> None:
+    settings = load(None, env={}, overrides={"upstream": "http://127.0.0.1:9", "db": f"sqlite:///{tmp_path / 'l.db'}"})
+    app = create_app(settings)
+    journal = app.parts.ledger.journal_dir
+    app.parts.ledger.start()
+    seen: list[list[str]] = []
+
+    async def turn() -> None:
+        app.group.bind(asyncio.get_running_loop())  # as lifespan startup does
+        try:
+            conn = Conn(app)
+            conn.transport.write = lambda data: seen.append(journal_ids(journal))  # type: ignore[method-assign]
+            conn.protocol.transport.write(b"head")
+            app.group.append(full_record(1))
+            conn.protocol.transport.write(b"last byte")
+            await asyncio.sleep(0)
+            assert seen == [["req-00000001"]]
+        finally:
+            app.group.bind(None)
+
+    asyncio.run(turn())
+    app.parts.ledger.close()
 
 
 def test_without_a_loop_each_record_is_written_at_once(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import uvicorn
 from uvicorn.server import ServerState
 
-from proxy.server.coalesce import DISCONNECT, RelayProtocol
+from proxy.server.protocol import DISCONNECT, RelayProtocol
 
 REQUEST = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}"
 
