@@ -217,6 +217,10 @@ class RelayProtocol(HttpToolsProtocol):
             self._body_timer.cancel()
             self._body_timer = None
         super().on_message_complete()
+        if self.cycle.response_complete and self.timeout_keep_alive_task is None:
+            # Answered before its body ended (the body's bytes stopped uvicorn's idle timer): idle from here.
+            self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive,
+                                                                self.timeout_keep_alive_handler)
 
     def on_response_complete(self) -> None:
         super().on_response_complete()

@@ -11,9 +11,9 @@ from typing import Any
 
 import orjson
 
+from proxy.app import create_app
 from proxy.ledger import Ledger
 from proxy.ledger.group import GroupCommit
-from proxy.app import create_app
 from proxy.server.coalesce import CoalescingTransport
 from proxy.settings import load
 from tests.ledger.helpers import EVER, full_record

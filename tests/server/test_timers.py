@@ -164,3 +164,21 @@ def test_a_request_read_whole_arms_no_timer() -> None:
         assert p._head_timer is None and p._body_timer is None and p._send_timer is None
 
     run(main)
+
+
+def test_a_connection_answered_before_its_body_ended_still_times_out_idle() -> None:
+    async def early(scope: Any, receive: Any, send: Any) -> None:  # as the relay's 413 for a body too large
+        await send({"type": "http.response.start", "status": 413, "headers": [(b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
+
+    early.server_limits = LIMITS  # type: ignore[attr-defined]
+
+    async def main() -> None:
+        conn = Conn(early)
+        await conn.feed([REQUEST.replace(b"Length: 2\r\n\r\n{}", b"Length: 4\r\n\r\n{")])
+        await conn.feed([b'"x', b"}"])  # the rest of the body, after the answer
+        assert not conn.transport.closed
+        assert await conn.wait_closed(30 * T)
+        assert [s for s, _, _ in responses(conn.transport.written)] == [413]
+
+    run(main)
