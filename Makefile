@@ -76,6 +76,7 @@ $(LLAMA_VENV)/.installed: tests/realmodel/requirements.txt | system-deps
 # wrk comes from Debian (`apt-get install wrk`); LiteLLM lives in a venv of its own under bench/.
 LITELLM_VENV := bench/.venv-litellm
 bench: $(BIN)/.installed-test bench-litellm
+	$(BIN)/pip install -q -e '.[bench]'
 	$(BIN)/python bench/relay.py
 	$(BIN)/python bench/ledger.py
 

@@ -1,8 +1,10 @@
 """A relay that meters nothing, on llmmeter's own stack (uvicorn + uvloop + httptools, the
 same serving protocol and upstream client): the floor that shows what metering itself costs.
+With `--client aiohttp` the same relay forwards through aiohttp's client instead
+(bench/aiohttp_client.py), to weigh one upstream client against the other.
 Benchmark use only.
 
-    python bench/noop_relay.py --upstream http://127.0.0.1:9001 --port 9002
+    python bench/noop_relay.py --upstream http://127.0.0.1:9001 --port 9002 [--client own|aiohttp]
 """
 
 from __future__ import annotations
@@ -18,14 +20,23 @@ import uvicorn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from proxy.server.protocol import RelayProtocol
-from proxy.upstream.client import Client
+from proxy.settings import Upstream
+from proxy.upstream.client import UpstreamClient
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from aiohttp_client import AiohttpClient
 
 Scope = MutableMapping[str, Any]
 HOP = {b"connection", b"keep-alive", b"transfer-encoding", b"host", b"content-length"}
 
 
-def make_app(upstream: str) -> Callable[..., Awaitable[None]]:
-    client = Client(connect_timeout=10, read_timeout=600)
+def make_app(upstream: str, kind: str = "own") -> Callable[..., Awaitable[None]]:
+    client: UpstreamClient | AiohttpClient
+    if kind == "aiohttp":
+        client = AiohttpClient(connect_timeout=10, read_timeout=600, limit_per_host=100, keepalive_timeout=30)
+    else:
+        client = UpstreamClient(Upstream(name="noop", base_url=upstream), connect_timeout=10, read_timeout=600)
 
     async def app(scope: Scope, receive: Callable[[], Awaitable[Any]], send: Callable[[Any], Awaitable[None]]) -> None:
         if scope["type"] == "lifespan":
@@ -33,7 +44,10 @@ def make_app(upstream: str) -> Callable[..., Awaitable[None]]:
                 msg = await receive()
                 await send({"type": msg["type"] + ".complete"})
                 if msg["type"] == "lifespan.shutdown":
-                    client.close()
+                    if isinstance(client, AiohttpClient):
+                        await client.close()
+                    else:
+                        client.close()
                     return
         body = b""
         while True:
@@ -57,6 +71,9 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--upstream", required=True)
     ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--client", choices=("own", "aiohttp"), default="own",
+                    help="the upstream client: llmmeter's own (proxy/upstream) or aiohttp's")
     a = ap.parse_args()
-    uvicorn.run(make_app(a.upstream.rstrip("/")), host="127.0.0.1", port=a.port, loop="uvloop", http=RelayProtocol,
+    uvicorn.run(make_app(a.upstream.rstrip("/"), a.client), host="127.0.0.1", port=a.port, loop="uvloop",
+                http=RelayProtocol,
                 access_log=False, log_level="warning", server_header=False, date_header=False, proxy_headers=False)

@@ -1,10 +1,11 @@
-"""Relay benchmark: direct calls, a no-op relay, llmmeter and LiteLLM's proxy, side by side.
+"""Relay benchmark: direct calls, two no-op relays, llmmeter and LiteLLM's proxy, side by side.
 
     python bench/relay.py [--requests 2000] [--duration 5] [--litellm auto|off] [--out bench/results/relay.json]
 
 Starts, in one run and one process tree: the fake upstream (tests/fake_upstream.py, every
 reply with usage, every stream with 30 content chunks), a no-op relay on llmmeter's own
-stack (bench/noop_relay.py), `llmmeter serve` with a fresh SQLite ledger and, when
+stack (bench/noop_relay.py: "noop_relay" with llmmeter's own upstream client,
+"noop_relay_aiohttp" the same relay on aiohttp's client), `llmmeter serve` with a fresh SQLite ledger and, when
 bench/.venv-litellm holds it (`make bench-litellm`), LiteLLM's proxy with its prometheus
 callback, all pricing kimi-k3.1-pro alike. For each path: sequential keep-alive latency
 (non-streamed p50/p99), time to first byte of a stream, throughput with wrk (Debian
@@ -13,7 +14,8 @@ own processes spend per 1,000 requests, and their peak RSS (a 1 s wrk warm-up pr
 throughput runs, so they measure steady state). Then a fresh llmmeter's RSS
 under wrk at 128 connections before any token estimate, and after the estimates of the
 requests wrk abandons when it stops (the first estimate loads the o200k vocabulary).
-Ratios against direct and against LiteLLM, and the targets, go to the JSON file too.
+Ratios against direct and against LiteLLM, aiohttp's no-op relay against the own client's,
+and the targets, go to the JSON file too.
 """
 
 from __future__ import annotations
@@ -225,7 +227,7 @@ general_settings:
 
 def versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
-    for pkg in ("llmmeter", "uvicorn", "uvloop", "httptools", "orjson", "prometheus-client"):
+    for pkg in ("llmmeter", "uvicorn", "uvloop", "httptools", "orjson", "prometheus-client", "aiohttp"):
         with contextlib.suppress(metadata.PackageNotFoundError):
             out[pkg] = metadata.version(pkg)
     wrk_v = subprocess.run(["wrk", "-v"], capture_output=True, text=True) if shutil.which("wrk") else None
@@ -276,18 +278,22 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "relay.json")
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="llmmeter-bench-"))
-    up, noop, meter, lite = free_port(), free_port(), free_port(), free_port()
+    up, noop, noop_aio, meter, lite = free_port(), free_port(), free_port(), free_port(), free_port()
     py = sys.executable
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LLMMETER_", "PROMETHEUS_MULTIPROC"))}
     defaults = [x for k, v in UPSTREAM_DEFAULTS.items() for x in ("--default", f"{k}={v}")]
     master_key = "sk-" + secrets.token_urlsafe(32)
     headers = {"content-type": "application/json", "authorization": f"Bearer {master_key}"}
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    quiet: dict[str, Any] = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     procs: dict[str, tuple[subprocess.Popen[bytes], int]] = {
         "direct": (subprocess.Popen([py, str(ROOT / "tests" / "fake_upstream.py"), "--port", str(up), *defaults],
                                     env=env), up),
         "noop_relay": (subprocess.Popen([py, str(ROOT / "bench" / "noop_relay.py"), "--upstream",
-                                         f"http://127.0.0.1:{up}", "--port", str(noop)], env=env), noop),
+                                         f"http://127.0.0.1:{up}", "--port", str(noop), "--client", "own"],
+                                        env=env), noop),
+        "noop_relay_aiohttp": (subprocess.Popen([py, str(ROOT / "bench" / "noop_relay.py"), "--upstream",
+                                                 f"http://127.0.0.1:{up}", "--port", str(noop_aio), "--client",
+                                                 "aiohttp"], env=env), noop_aio),
         "llmmeter": (subprocess.Popen([py, "-m", "proxy", "serve", "--port", str(meter), "--upstream",
                                        f"http://127.0.0.1:{up}/v1", "--db", f"sqlite:///{tmp}/bench.db"],
                                       env=env, cwd=tmp, **quiet), meter),
@@ -353,6 +359,11 @@ def summarize(results: dict[str, Any], db: Path) -> None:
         ratios["p50_litellm_vs_llmmeter"] = lp["p50_ms"] / m["p50_ms"]
     results["llmmeter_added"] = added
     results["ratios"] = ratios
+    results["noop_added"] = {
+        name: {"added_p50_ms": paths[name]["p50_ms"] - d["p50_ms"], "added_p99_ms": paths[name]["p99_ms"] - d["p99_ms"],
+               "added_stream_ttfb_ms": paths[name]["stream_ttfb_p50_ms"] - d["stream_ttfb_p50_ms"]}
+        for name in ("noop_relay", "noop_relay_aiohttp")}
+    results["noop_aiohttp_vs_noop_own"] = client_ratios(paths["noop_relay_aiohttp"], paths["noop_relay"])
     checks = {"added_p50_ms": added["added_p50_ms"], "added_p99_ms": added["added_p99_ms"],
               "added_stream_ttfb_ms": added["added_stream_ttfb_ms"],
               "rps_32_vs_direct": ratios["wrk_32_llmmeter_vs_direct"],
@@ -369,12 +380,26 @@ def summarize(results: dict[str, Any], db: Path) -> None:
     results["llmmeter_ledger_rows"] = {f"{outcome}/{source}": n for outcome, source, n in rows}
 
 
+def client_ratios(aio: dict[str, Any], own: dict[str, Any]) -> dict[str, float | None]:
+    """aiohttp's no-op relay over the own client's: rps (below 1: aiohttp is slower), latency and
+    CPU per request (above 1: aiohttp costs more)."""
+    out: dict[str, float | None] = {}
+    for key in ("p50_ms", "p99_ms", "stream_ttfb_p50_ms"):
+        out[key] = aio[key] / own[key] if own[key] else None
+    for key in ("wrk_1", "wrk_32", "wrk_128", "wrk_1_stream", "wrk_32_stream", "wrk_128_stream"):
+        ra, ro = rps(aio, key), rps(own, key)
+        out[f"{key}_rps"] = ra / ro if ra and ro else None
+        ca, co = ((r.get(key) or {}).get("cpu_s_per_1000") for r in (aio, own))
+        out[f"{key}_cpu_s_per_1000"] = ca / co if ca and co else None
+    return out
+
+
 def report(results: dict[str, Any]) -> None:
-    print(f"{'path':<11} {'p50 ms':>7} {'p99 ms':>7} {'TTFB ms':>7} {'rps@1':>7} {'rps@32':>7} {'rps@128':>7} "
+    print(f"{'path':<18} {'p50 ms':>7} {'p99 ms':>7} {'TTFB ms':>7} {'rps@1':>7} {'rps@32':>7} {'rps@128':>7} "
           f"{'s@1':>6} {'s@32':>6} {'s@128':>6} {'cpu s/1k':>8} {'RSS MB':>6}")
     for name, r in results["paths"].items():
         cpu = (r.get("wrk_32") or {}).get("cpu_s_per_1000")
-        print(f"{name:<11} {r['p50_ms']:7.3f} {r['p99_ms']:7.3f} {r['stream_ttfb_p50_ms']:7.3f} "
+        print(f"{name:<18} {r['p50_ms']:7.3f} {r['p99_ms']:7.3f} {r['stream_ttfb_p50_ms']:7.3f} "
               + " ".join(f"{rps(r, k) or 0:7.0f}" for k in ("wrk_1", "wrk_32", "wrk_128"))
               + " " + " ".join(f"{rps(r, k) or 0:6.0f}" for k in ("wrk_1_stream", "wrk_32_stream", "wrk_128_stream"))
               + f" {cpu or 0:8.3f} {r['peak_rss_mb']:6.0f} ({r['peak_rss_mb_sequential']:.0f} before wrk)")
@@ -382,6 +407,14 @@ def report(results: dict[str, Any]) -> None:
         v = t["value"]
         print(f"  {k:<24} {'n/a' if v is None else f'{v:.3f}':>8}  target {t['target']}  "
               f"{'met' if t['met'] else 'NOT met'}")
+    for name, added in results["noop_added"].items():
+        print(f"  {name} added: p50 {added['added_p50_ms']:.3f} ms, p99 {added['added_p99_ms']:.3f} ms, "
+              f"stream TTFB {added['added_stream_ttfb_ms']:.3f} ms")
+    ratio = results["noop_aiohttp_vs_noop_own"]
+    print("  noop_aiohttp/noop_own: " + ", ".join(
+        f"{k} {'n/a' if v is None else f'{v:.2f}'}"
+        for k, v in ratio.items() if k in ("p50_ms", "wrk_1_rps", "wrk_32_rps", "wrk_128_rps", "wrk_32_stream_rps",
+                                          "wrk_1_cpu_s_per_1000", "wrk_32_cpu_s_per_1000", "wrk_128_cpu_s_per_1000")))
     probe = results["paths"]["llmmeter"]["rss_probe"]
     print(f"llmmeter RSS (fresh process, wrk 128 connections): idle {probe['idle_mb']:.0f} MB, under load "
           f"{probe['under_load_before_any_estimate_mb']:.0f} MB, after its first estimates "
