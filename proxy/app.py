@@ -25,7 +25,8 @@ from proxy.relay.handler import Receive, Relay, Scope, Send
 from proxy.server.protocol import ServerLimits
 from proxy.settings import Settings
 from proxy.tokens import Estimator
-from proxy.upstream.routing import Pool, Router
+from proxy.upstream.client import Upstreams
+from proxy.upstream.routing import Router
 
 
 @dataclass
@@ -55,11 +56,13 @@ class LLMMeter:
     def __init__(self, parts: Parts) -> None:
         s = parts.settings
         self.parts = parts
-        self.pool = Pool(s)
+        waiting = parts.metrics.pool_waiting
+        self.upstreams = Upstreams(s.upstreams, s.connect_timeout_s, s.read_timeout_s,
+                                   on_waiting=lambda name, delta: waiting.labels(name).inc(delta))
         estimator = Estimator(s.estimate.encoding, s.estimate.per_model, engine=s.estimate.engine)
         self.group = GroupCommit(parts.ledger.append_many)
         meter = Meter(parts.book, estimator, s.workloads, self.group, parts.metrics)
-        self.relay = Relay(s, Router(s.upstreams), self.pool, meter, parts.metrics)
+        self.relay = Relay(s, Router(s.upstreams), self.upstreams, meter, parts.metrics)
         self.admin = _admin_app(parts)
         # What the serving protocol (proxy/server/protocol.py) takes from the app it serves.
         self.server_limits = ServerLimits.from_settings(s)
@@ -82,7 +85,6 @@ class LLMMeter:
                 try:
                     # Replaying the journal happens before the first request is served.
                     await asyncio.to_thread(self.parts.ledger.start)
-                    await self.pool.open()
                     loop = asyncio.get_running_loop()
                     self.group.bind(loop)
                     self.relay.loop = loop
@@ -91,7 +93,7 @@ class LLMMeter:
                     return
                 await send({"type": "lifespan.startup.complete"})
             elif msg["type"] == "lifespan.shutdown":
-                await self.pool.close()
+                self.upstreams.close()
                 self.group.bind(None)
                 await asyncio.to_thread(self.parts.ledger.close)
                 await send({"type": "lifespan.shutdown.complete"})

@@ -2,7 +2,7 @@
 
 A write() costs more than a record's JSON (11–18 µs on this VM against ~1 µs), and a
 busy proxy finishes several requests per turn. Records are held until the end of the
-turn, and the serving transport (proxy/coalesce.py) commits them before it sends any
+turn, and the serving transport (proxy/server/coalesce.py) commits them before it sends any
 bytes of that turn: a record is still journaled before its client's last byte (SPEC
 "Ledger").
 """

@@ -22,7 +22,7 @@ from proxy.errors import error_body
 from proxy.meter import METERED, Exchange, Meter, bounded, clean_tag
 from proxy.metrics import Metrics
 from proxy.relay.forward import Forwarder, Outbound, send_whole
-from proxy.server.coalesce import DISCONNECT
+from proxy.server import DISCONNECT
 from proxy.settings import Settings
 from proxy.upstream.client import Upstreams
 from proxy.upstream.routing import Router, relay_path, request_headers, target_url

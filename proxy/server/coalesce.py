@@ -16,9 +16,6 @@ import asyncio
 from collections.abc import Callable, Iterable
 from typing import Any
 
-# The relay still imports the extension's name from here; it is defined with the protocol.
-from proxy.server import DISCONNECT as DISCONNECT
-
 
 class CoalescingTransport:
     """Wraps a transport: `write` buffers until the end of the turn; everything else passes on."""
