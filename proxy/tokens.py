@@ -154,8 +154,9 @@ class TiktokenCounter:
     """tiktoken's encoding behind the counter interface: it never pauses, and runs in a thread."""
 
     # Past ~1M characters of one piece tiktoken panics (its regex overflows) and its merge
-    # needs ~100 bytes a character; 16 Ki keeps a call near 3 ms and its list small.
-    segment = 1 << 14
+    # needs ~100 bytes a character. 8 Ki: a call of ~1.5 ms, and what holds the GIL around
+    # it (finding the cut, building the list) under half a millisecond (bench/estimate.py).
+    segment = 1 << 13
 
     def __init__(self, encoding: tiktoken.Encoding) -> None:
         self.encoding = encoding
