@@ -70,8 +70,8 @@ def test_full_config_loads(tmp_path: Path) -> None:
     assert s.tier_aliases == (("turbo", "highspeed"),)
     assert s.selfhost.nodes == 1 and "nodes" in s.selfhost.overridden
     assert s.monthly_budget_usd == Decimal("1000")
-    assert s.estimate.engine == "compact"  # the default
-    assert load(write(tmp_path, FULL + "\n[estimate]\nengine = \"tiktoken\"\n"), env={}).estimate.engine == "tiktoken"
+    assert s.estimate.engine == "tiktoken"  # the default
+    assert load(write(tmp_path, FULL + "\n[estimate]\nengine = \"compact\"\n"), env={}).estimate.engine == "compact"
 
 
 def test_precedence_flag_over_env_over_file(tmp_path: Path) -> None:
