@@ -14,7 +14,7 @@ Each engine runs in a fresh interpreter per measurement:
   count and its flags, RSS with the vocabulary loaded, with the body built, and the
   peak while the estimate ran (VmHWM, reset just before it).
 
-    python bench/estimate.py [--engines tiktoken,compact] [--cases a32m,spaces1m,letters1m]
+    python bench/estimate.py [--engines tiktoken,compact] [--cases a32m,spaces1m,...]
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ CASES = {  # name: (what the content is, characters)
     "spaces1m": (" ", 1_000_000),  # tiktoken 0.14 panics on it uncut
     "letters1m": ("letters", 1 << 20),  # random letters without a space: one long piece
     "prose32m": ("prose", 32 << 20),  # this repository's Markdown, repeated: the budget at work
+    "messages1m": ("messages", 1_000_000),  # {"role":"user","content":"a"} a million times: 31 MB
 }
 
 LOAD = r"""
@@ -99,9 +100,14 @@ if kind == "letters":
 elif kind == "prose":
     prose = "\n".join(p.read_text() for p in sorted(root.glob("*.md")))
     text = (prose * (size // len(prose) + 1))[:size]
+elif kind == "messages":
+    text = ""
 else:
     text = kind * size
-body = {"model": "m", "messages": [{"role": "user", "content": text}]}
+messages = [{"role": "user", "content": text}]
+if kind == "messages":
+    messages = [{"role": "user", "content": "a"} for _ in range(size)]
+body = {"model": "m", "messages": messages}
 rss_body = rss()
 
 async def main():

@@ -35,9 +35,10 @@ import os
 import re
 import tempfile
 import threading
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from importlib import resources
 from pathlib import Path
@@ -68,7 +69,7 @@ VOCABULARIES: Mapping[str, Vocabulary] = {
 }
 SUPPORTED_ENCODINGS = tuple(VOCABULARIES)
 ENGINES = ("tiktoken", "compact")
-MESSAGES_PER_SLICE = 64  # a prompt of many short messages still pauses for the event loop
+PARTS_PER_SLICE = 64  # a prompt of many short messages still pauses for the event loop
 # Characters of one request counted exactly: a 1M-token prompt of prose is ~4 MB, and
 # tiktoken counts 4 Mi of the worst characters in about a second of one thread.
 EXACT_CHARS = 4 << 20
@@ -142,6 +143,17 @@ def run(steps: Generator[None, None, T]) -> T:
             next(steps)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
+
+
+def run_in_thread(steps: Generator[None, None, T]) -> T:
+    """`run`, for a worker thread: at each pause it lets go of the GIL, so an event loop
+    waiting for it takes it now rather than after the 5 ms switch interval."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        time.sleep(0)
 
 
 class Counter(Protocol):
@@ -320,11 +332,9 @@ class Estimator:
         reader = _READERS.get(endpoint)
         if reader is None or not isinstance(request, Mapping):
             return 0
-        prompt = reader(request)
-        if not prompt.messages and not prompt.texts and not prompt.tokens:
-            return 0  # nothing to count: don't load a vocabulary for it
-        counter = self.load(self.encoding_for(model))
-        return (yield from prompt.total(lambda text: measure(counter, text, tally)))
+        name = self.encoding_for(model)
+        # Loaded at the first text: a prompt with nothing to count loads no vocabulary.
+        return (yield from total(reader(request), lambda text: measure(self.load(name), text, tally)))
 
     def count_text(self, model: str | None, text: str, tally: Tally | None = None) -> int:
         return run(self.text_steps(model, text, tally or self.tally()))
@@ -340,7 +350,7 @@ class Estimator:
         if name not in self._counters:
             await loop.run_in_executor(self._pool, self.load, name)  # a load takes a fraction of a second
         if self.engine == "tiktoken":
-            return await loop.run_in_executor(self._pool, run, steps)  # tiktoken releases the GIL
+            return await loop.run_in_executor(self._pool, run_in_thread, steps)  # tiktoken releases the GIL
         try:
             while True:
                 next(steps)
@@ -350,27 +360,32 @@ class Estimator:
 
 
 @dataclass(slots=True)
-class Prompt:
-    """What a request puts in front of the model, before it is counted."""
+class Message:
+    texts: list[str]  # role included
+    named: bool = False  # carries a `name`
 
-    messages: list[list[str]] = field(default_factory=list)  # each message's texts (role included)
-    names: int = 0  # messages carrying a `name`
-    texts: list[str] = field(default_factory=list)  # counted bare: tool definitions, raw prompts
-    tokens: int = 0  # already token ids (completions and embeddings accept them)
 
-    def total(self, count: Callable[[str], Steps]) -> Steps:
-        n = self.tokens
-        for t in self.texts:
-            n += yield from count(t)
-        for i, m in enumerate(self.messages, 1):
-            n += TOKENS_PER_MESSAGE
-            for t in m:
+# What a request puts in front of the model, read lazily (a 32 MB body may hold a million
+# messages): a text counted bare (tool definitions, raw prompts), a number of tokens
+# given as ids (completions and embeddings accept them), or a message.
+Part = str | int | Message
+
+
+def total(parts: Iterable[Part], count: Callable[[str], Steps]) -> Steps:
+    n = messages = 0
+    for i, part in enumerate(parts, 1):
+        if isinstance(part, str):
+            n += yield from count(part)
+        elif isinstance(part, int):
+            n += part
+        else:
+            messages += 1
+            n += TOKENS_PER_MESSAGE + TOKENS_PER_NAME * part.named
+            for t in part.texts:
                 n += yield from count(t)
-            if i % MESSAGES_PER_SLICE == 0:
-                yield
-        if self.messages:
-            n += self.names * TOKENS_PER_NAME + REPLY_PRIMING
-        return n
+        if i % PARTS_PER_SLICE == 0:
+            yield
+    return n + REPLY_PRIMING if messages else n
 
 
 def _items(value: object) -> list[object]:
@@ -416,84 +431,75 @@ def _parts(content: object, kinds: frozenset[str]) -> Iterator[str]:
 _OPENAI_TEXT = frozenset({"text", "input_text", "output_text"})
 
 
-def _chat(req: Mapping[str, object]) -> Prompt:
-    p = Prompt()
+def _chat(req: Mapping[str, object]) -> Iterator[Part]:
     for m in _items(req.get("messages")):
         if not isinstance(m, Mapping):
             continue
-        texts: list[str] = []
+        message = Message([])
         # The recipe encodes every string value of a message (role, content, name, ...).
         for key, value in m.items():
             if key == "content":
-                texts.extend(_parts(value, _OPENAI_TEXT))
+                message.texts.extend(_parts(value, _OPENAI_TEXT))
             elif key == "tool_calls":
                 for call in _items(value):
                     fn = _field(call, "function")
-                    texts.extend(_strs(_field(fn, "name"), _field(fn, "arguments")))
+                    message.texts.extend(_strs(_field(fn, "name"), _field(fn, "arguments")))
             elif key == "function_call":
-                texts.extend(_strs(_field(value, "name"), _field(value, "arguments")))
+                message.texts.extend(_strs(_field(value, "name"), _field(value, "arguments")))
             elif isinstance(value, str):
-                texts.extend(_strs(value))
-                if key == "name":
-                    p.names += 1
-        p.messages.append(texts)
-    p.texts.extend(_as_json(req.get("tools")))
-    p.texts.extend(_as_json(req.get("functions")))
-    return p
+                message.texts.extend(_strs(value))
+                message.named |= key == "name"
+        yield message
+    yield from _as_json(req.get("tools"))
+    yield from _as_json(req.get("functions"))
 
 
-def _raw_inputs(p: Prompt, value: object) -> None:
+def _raw_inputs(value: object) -> Iterator[Part]:
     """`prompt` / `input`: a string, strings, token ids, or lists of token ids."""
     if isinstance(value, str):
-        p.texts.extend(_strs(value))
+        yield from _strs(value)
         return
     for item in _items(value):
         if isinstance(item, str):
-            p.texts.extend(_strs(item))
+            yield from _strs(item)
         elif _is_token(item):
-            p.tokens += 1
+            yield 1
         elif isinstance(item, list):
-            p.tokens += sum(1 for t in item if _is_token(t))
+            yield sum(1 for t in item if _is_token(t))
 
 
 def _is_token(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _completions(req: Mapping[str, object]) -> Prompt:
-    p = Prompt()
-    _raw_inputs(p, req.get("prompt"))
-    p.texts.extend(_strs(req.get("suffix")))
-    return p
+def _completions(req: Mapping[str, object]) -> Iterator[Part]:
+    yield from _raw_inputs(req.get("prompt"))
+    yield from _strs(req.get("suffix"))
 
 
-def _embeddings(req: Mapping[str, object]) -> Prompt:
-    p = Prompt()
-    _raw_inputs(p, req.get("input"))
-    return p
+def _embeddings(req: Mapping[str, object]) -> Iterator[Part]:
+    return _raw_inputs(req.get("input"))
 
 
-def _responses(req: Mapping[str, object]) -> Prompt:
+def _responses(req: Mapping[str, object]) -> Iterator[Part]:
     # The Responses API renders its items as chat messages, so the chat recipe applies.
-    p = Prompt()
     if texts := list(_strs(req.get("instructions"))):
-        p.messages.append(["system", *texts])
+        yield Message(["system", *texts])
     items = req.get("input")
     if isinstance(items, str):
-        p.messages.append(["user", *_strs(items)])
+        yield Message(["user", *_strs(items)])
     for item in _items(items):
         if not isinstance(item, Mapping):
             continue
         kind = item.get("type")
         if kind in (None, "message"):
-            p.messages.append([*_strs(item.get("role")), *_parts(item.get("content"), _OPENAI_TEXT)])
+            yield Message([*_strs(item.get("role")), *_parts(item.get("content"), _OPENAI_TEXT)])
         elif kind == "function_call":
-            p.messages.append(list(_strs(item.get("name"), item.get("arguments"))))
+            yield Message(list(_strs(item.get("name"), item.get("arguments"))))
         elif kind == "function_call_output":
-            p.messages.append(list(_parts(item.get("output"), _OPENAI_TEXT)))
+            yield Message(list(_parts(item.get("output"), _OPENAI_TEXT)))
         # Reasoning items and built-in tool calls are left out: their billing is the server's.
-    p.texts.extend(_as_json(req.get("tools")))
-    return p
+    yield from _as_json(req.get("tools"))
 
 
 def _anthropic_blocks(content: object) -> Iterator[str]:
@@ -516,20 +522,18 @@ def _anthropic_blocks(content: object) -> Iterator[str]:
         # dropped from context by Anthropic, so replayed thinking blocks are not counted.
 
 
-def _messages(req: Mapping[str, object]) -> Prompt:
+def _messages(req: Mapping[str, object]) -> Iterator[Part]:
     # An approximation: Claude's tokenizer and framing are unpublished, so OpenAI's
     # recipe and the configured tiktoken encoding stand in for them.
-    p = Prompt()
     if system := list(_anthropic_blocks(req.get("system"))):
-        p.messages.append(["system", *system])
+        yield Message(["system", *system])
     for m in _items(req.get("messages")):
         if isinstance(m, Mapping):
-            p.messages.append([*_strs(m.get("role")), *_anthropic_blocks(m.get("content"))])
-    p.texts.extend(_as_json(req.get("tools")))
-    return p
+            yield Message([*_strs(m.get("role")), *_anthropic_blocks(m.get("content"))])
+    yield from _as_json(req.get("tools"))
 
 
-_READERS: Mapping[str, Callable[[Mapping[str, object]], Prompt]] = {
+_READERS: Mapping[str, Callable[[Mapping[str, object]], Iterator[Part]]] = {
     "chat": _chat, "completions": _completions, "embeddings": _embeddings,
     "responses": _responses, "messages": _messages,
 }

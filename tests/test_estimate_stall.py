@@ -111,6 +111,15 @@ def test_a_pathological_body_leaves_the_loop_responsive(est: Estimator, name: st
     assert got > 7
 
 
+def test_a_body_of_many_tiny_messages_leaves_the_loop_responsive(est: Estimator) -> None:
+    body = {"messages": [{"role": "user", "content": "a"} for _ in range(200_000)]}
+    tally = est.tally()
+    got, gap = asyncio.run(longest_gap(est.prompt_steps("chat", None, body, tally), est))
+    assert gap < 0.5, gap  # read lazily and paused every 64 messages, on the loop or off it
+    assert got == 200_000 * (3 + 1 + 1) + 3  # within the budget: exact
+    assert tally.flags == ()
+
+
 def test_a_forced_cut_counts_close_to_tiktoken(encodings: dict[str, tiktoken.Encoding]) -> None:
     est = Estimator()
     for text in ("a" * (1 << 20), "".join(string.ascii_lowercase[i * 7 % 26] for i in range(300_000))):
