@@ -109,6 +109,7 @@ class UpstreamClient:
         self._owned: dict[Connection, _Origin] = {}
         self._opening = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
+        self._sweep: asyncio.TimerHandle | None = None
 
     @property
     def open_connections(self) -> int:
@@ -135,24 +136,24 @@ class UpstreamClient:
         return Response(conn, self)
 
     async def _acquire(self, origin: _Origin) -> Connection:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.connect_timeout
-        while True:
-            conn = self._take_idle(origin)
-            if conn is not None:
-                return conn
+        conn = self._take_idle(origin)
+        deadline: float | None = None
+        while conn is None:
             if self.open_connections >= self.max_connections:
                 self._close_idle_elsewhere(origin)
             if self.open_connections < self.max_connections:
                 return await self._connect(origin)
-            await self._wait_turn(deadline - loop.time())
+            loop = asyncio.get_running_loop()  # only when waiting: it costs a getpid() on 3.11
+            if deadline is None:
+                deadline = loop.time() + self.connect_timeout
+            await self._wait_turn(loop, deadline - loop.time())
+            conn = self._take_idle(origin)
+        return conn
 
     def _take_idle(self, origin: _Origin) -> Connection | None:
         while origin.idle:
             conn = origin.idle.pop()
-            if conn.idle_timer is not None:
-                conn.idle_timer.cancel()
-                conn.idle_timer = None
+            conn.idle_until = 0.0
             # Found closed before anything was written: the one case where a fresh connection
             # may carry the request instead.
             if conn.reusable():
@@ -182,11 +183,11 @@ class UpstreamClient:
         self._owned[conn] = origin
         return conn
 
-    async def _wait_turn(self, timeout: float) -> None:
+    async def _wait_turn(self, loop: asyncio.AbstractEventLoop, timeout: float) -> None:
         if timeout <= 0:
             raise PoolTimeout(f"no connection to upstream {self.upstream.name!r} came free within "
                               f"{self.connect_timeout:g} s (max_connections = {self.max_connections})")
-        waiter = asyncio.get_running_loop().create_future()
+        waiter = loop.create_future()
         self._waiters.append(waiter)
         if self.on_waiting is not None:
             self.on_waiting(1)
@@ -213,15 +214,24 @@ class UpstreamClient:
             idle_s = self.idle_s
             if conn.keep_alive_hint is not None:  # close before the upstream does
                 idle_s = min(idle_s, max(conn.keep_alive_hint - 1, 0.5))
-            conn.idle_timer = asyncio.get_running_loop().call_later(idle_s, self._expire_idle, conn)
+            conn.idle_until = conn.loop.time() + idle_s
+            if self._sweep is None:  # one timer per client, not one per request
+                self._sweep = conn.loop.call_at(conn.idle_until, self._close_expired, conn.loop)
         self._wake_one()
 
-    def _expire_idle(self, conn: Connection) -> None:
-        origin = self._owned.get(conn)
-        if origin is not None and conn in origin.idle:
-            origin.idle.remove(conn)
-        conn.idle_timer = None
-        conn.drop()
+    def _close_expired(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Closes the connections idle past their time; runs again at the next one's."""
+        self._sweep = None
+        now, soonest = loop.time(), None
+        for origin in self._origins.values():
+            for conn in list(origin.idle):
+                if conn.idle_until <= now:
+                    origin.idle.remove(conn)
+                    conn.drop()
+                elif soonest is None or conn.idle_until < soonest:
+                    soonest = conn.idle_until
+        if soonest is not None:
+            self._sweep = loop.call_at(soonest, self._close_expired, loop)
 
     def _forget(self, conn: Connection) -> None:
         origin = self._owned.pop(conn, None)
@@ -237,6 +247,9 @@ class UpstreamClient:
                 return
 
     def close(self) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         for conn in list(self._owned):
             conn.drop()
         for origin in self._origins.values():

@@ -47,12 +47,12 @@ class Connection(asyncio.Protocol):
         self.closed = False
         self.exchanges = 0  # exchanges started on this connection (0: fresh)
         self.keep_alive_hint: float | None = None  # the upstream's `Keep-Alive: timeout=N`
-        self.idle_timer: asyncio.TimerHandle | None = None
+        self.idle_until = 0.0  # loop time after which an idle connection is closed (0: in use)
         self._in_exchange = False
+        self.parser = httptools.HttpResponseParser(self)
         self._reset()
 
     def _reset(self) -> None:
-        self.parser = httptools.HttpResponseParser(self)
         self.status = 0
         self.headers: list[tuple[bytes, bytes]] = []
         self.keep_alive = False
@@ -92,8 +92,6 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        if self.idle_timer is not None:
-            self.idle_timer.cancel()
         self.on_closed(self)
         if not self._in_exchange or self.complete:
             return
@@ -161,9 +159,9 @@ class Connection(asyncio.Protocol):
     async def exchange(self, data: bytes, head_only: bool) -> None:
         """Write one request and wait for its response head."""
         assert self.transport is not None and not self._in_exchange
-        if self.idle_timer is not None:
-            self.idle_timer.cancel()
-            self.idle_timer = None
+        if self.exchanges and not (self.complete and not self.poisoned):
+            # Only a response read whole leaves llhttp in its initial state; otherwise start anew.
+            self.parser = httptools.HttpResponseParser(self)
         self._reset()
         self._in_exchange = True
         self.exchanges += 1
