@@ -142,8 +142,23 @@ _ARRAYS: dict[str, set[str]] = {
     "tag": {"name"},
     "tier_alias": {"from", "to"},
 }
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
-_HEX64_RE = re.compile(r"^[0-9a-f]{64}$")
+# Flags (by their override name) and the variables that stand for the same setting.
+_ENV: dict[str, str] = {"host": "LLMMETER_HOST", "port": "LLMMETER_PORT", "workers": "LLMMETER_WORKERS",
+                        "metrics_token": "LLMMETER_METRICS_TOKEN", "db": "LLMMETER_DB",
+                        "prices": "LLMMETER_PRICES", "upstream": "LLMMETER_UPSTREAM"}
+_TARGETS: dict[str, tuple[str, str]] = {"host": ("server", "host"), "port": ("server", "port"),
+                                        "workers": ("server", "workers"),
+                                        "metrics_token": ("server", "metrics_token"), "db": ("ledger", "url"),
+                                        "prices": ("pricing", "dir")}
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}\Z")  # \Z: "$" would let a final newline in
+# Metric label values llmmeter itself uses: the global budget gauge, the overflow of
+# unconfigured values, requests without a valid key. A tenant of that name would merge with them.
+RESERVED_TENANTS = frozenset({"all", "other", "unauthenticated"})
+RESERVED_TAGS = frozenset({"other"})  # untagged and unknown tags are counted as "other"
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+_TOKEN_RE = re.compile(r"[!-~]+\Z")  # what a client can put in an Authorization header unchanged
+MAX_USD = 10**12
+_HEX64_RE = re.compile(r"[0-9a-f]{64}\Z")
 
 
 class _Source:
@@ -190,28 +205,80 @@ class _Source:
 
 def load(path: Path | None, env: Mapping[str, str] | None = None,
          overrides: Mapping[str, Any] | None = None) -> Settings:
-    """Settings from the file (if any), then environment, then explicit flag overrides."""
+    """Settings from the file (if any), then environment, then explicit flag overrides.
+
+    Variables and flags are written into the file's raw tables before any check, so the
+    three sources pass the same checks; `origins` makes a rejection name the one that won."""
     env = os.environ if env is None else env
-    raw: dict[str, Any] = {}
-    src = _Source(path, "")
-    if path is not None:
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as e:
-            raise ConfigError(f"{path}: cannot read config: {e.strerror}") from e
-        src = _Source(path, text)
-        try:
-            raw = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"{path}: {e}") from e
-    settings = _build(raw, src)
-    settings = _apply_env(settings, env)
-    if overrides:
-        overrides = dict(overrides)
-        if overrides.get("upstream") and env.get("LLMMETER_UPSTREAM_API_KEY"):
-            overrides["upstream_api_key"] = env["LLMMETER_UPSTREAM_API_KEY"]
-        settings = _apply_overrides(settings, overrides)
+    raw, src = _read(path) if path is not None else ({}, _Source(None, ""))
+    given: dict[str, tuple[str, object]] = {}  # override name -> (where it came from, value)
+    for name, var in _ENV.items():
+        if env.get(var):  # an empty variable counts as unset, as shells export them
+            given[name] = (f"variable {var}", env[var])
+    for name, value in (overrides or {}).items():
+        if name not in _ENV:
+            raise ConfigError(f"unknown override {name!r}")
+        if value is not None:
+            given[name] = (f"flag --{name.replace('_', '-')}", value)
+    origins: dict[tuple[str, str | None], str] = {}
+    _layer(raw, given, origins)
+    settings = _build(raw, src, origins)
+    key = env.get("LLMMETER_UPSTREAM_API_KEY") or None
+    ups = settings.upstreams
+    # The key of the --upstream shorthand, or of a lone upstream that names no api_key_env.
+    if key is not None and len(ups) == 1 and ups[0].api_key_env is None:
+        settings = replace(settings, upstreams=(replace(ups[0], api_key=key),))
     return settings
+
+
+def _read(path: Path) -> tuple[dict[str, Any], _Source]:
+    """The file's raw tables; whatever is wrong with its bytes is a ConfigError naming it."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read config: {e.strerror or e}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte {e.start} is {data[e.start]:#04x}): "
+                          "a config file is TOML") from None
+    try:
+        return tomllib.loads(text), _Source(path, text)
+    except tomllib.TOMLDecodeError as e:
+        m = re.search(r"at line (\d+)", str(e))
+        raise ConfigError(f"{path}:{m.group(1) if m else 1}: not valid TOML: {e}") from None
+    except RecursionError:  # tomllib recurses once per nested array or table
+        raise ConfigError(f"{path}: arrays or tables nested too deeply to be a config file") from None
+
+
+def _layer(raw: dict[str, Any], given: Mapping[str, tuple[str, object]],
+           origins: dict[tuple[str, str | None], str]) -> None:
+    for name, (origin, value) in given.items():
+        if name == "upstream":
+            # The shorthand replaces every [[upstream]] with one default upstream (SPEC).
+            raw["upstream"] = [{"name": "default", "base_url": _text(value)}]
+            origins[("upstream", None)] = origin
+            continue
+        table, key = _TARGETS[name]
+        section = raw.setdefault(table, {})
+        if isinstance(section, dict):  # otherwise _build reports the file's `table = value`
+            section[key] = _whole(value) if key in ("port", "workers") else _text(value)
+            origins[(table, key)] = origin
+
+
+def _text(value: object) -> object:
+    return str(value) if isinstance(value, Path) else value
+
+
+def _whole(value: object) -> object:
+    """A variable's text as a number if it is one; otherwise as given, for the checker to refuse."""
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            return value
+    return value
 
 
 def default_config_path(env: Mapping[str, str] | None = None) -> Path | None:
@@ -247,7 +314,7 @@ def resolve_api_keys(settings: Settings, env: Mapping[str, str] | None = None) -
     return replace(settings, upstreams=tuple(resolved))
 
 
-def _build(raw: dict[str, Any], src: _Source) -> Settings:
+def _build(raw: dict[str, Any], src: _Source, origins: Mapping[tuple[str, str | None], str]) -> Settings:
     errors: list[str] = []
     for key in raw:
         if key not in _SCHEMA and key not in _ARRAYS:
@@ -279,11 +346,11 @@ def _build(raw: dict[str, Any], src: _Source) -> Settings:
     if errors:
         raise ConfigError("\n".join(errors))
 
-    c = _Checker(src, errors)
+    c = _Checker(src, errors, origins)
     server, ledger, pricing = tables["server"], tables["ledger"], tables["pricing"]
     s = Settings(
         host=c.str_("server", server, "host", "127.0.0.1"),
-        port=c.int_("server", server, "port", 8080, lo=0, hi=65535),
+        port=c.int_("server", server, "port", 8080, lo=1, hi=65535),
         workers=c.int_("server", server, "workers", 1, lo=1, hi=256),
         max_body_mb=c.int_("server", server, "max_body_mb", 32, lo=1, hi=4096),
         connect_timeout_s=c.num("server", server, "connect_timeout_s", 10.0),
@@ -293,7 +360,7 @@ def _build(raw: dict[str, Any], src: _Source) -> Settings:
         idle_timeout_s=c.num("server", server, "idle_timeout_s", 75.0),
         send_timeout_s=c.num("server", server, "send_timeout_s", 120.0),
         max_decompressed_mb=c.int_("server", server, "max_decompressed_mb", 64, lo=1, hi=4096),
-        metrics_token=c.opt_str("server", server, "metrics_token"),
+        metrics_token=_metrics_token(c, server),
         ledger_url=c.str_("ledger", ledger, "url", "sqlite:///data/llmmeter.db"),
         journal_dir=_opt_path(c.opt_str("ledger", ledger, "journal_dir")),
         fsync=c.bool_("ledger", ledger, "fsync", False),
@@ -302,9 +369,7 @@ def _build(raw: dict[str, Any], src: _Source) -> Settings:
         tenants=_tenants(c, arrays["tenant"]),
         tags=_names(c, "tag", arrays["tag"]),
         workloads=_workloads(c, tables["workloads"]),
-        tier_aliases=tuple(
-            (c.str_("tier_alias", a, "from", "", i).lower(), c.str_("tier_alias", a, "to", "", i).lower())
-            for i, a in enumerate(arrays["tier_alias"])),
+        tier_aliases=_tier_aliases(c, arrays["tier_alias"]),
         estimate=_estimate(c, tables["estimate"]),
         selfhost=_selfhost(c, tables["selfhost"]),
         monthly_budget_usd=c.money("budget", tables["budget"], "monthly_usd"),
@@ -318,16 +383,21 @@ def _build(raw: dict[str, Any], src: _Source) -> Settings:
 class _Checker:
     """Typed getters that collect `file:line: problem` messages instead of raising."""
 
-    def __init__(self, src: _Source, errors: list[str]) -> None:
-        self.src, self.errors = src, errors
+    def __init__(self, src: _Source, errors: list[str],
+                 origins: Mapping[tuple[str, str | None], str] | None = None) -> None:
+        self.src, self.errors, self.origins = src, errors, origins or {}
 
     def fail(self, table: str, key: str | None, index: int, msg: str) -> None:
-        self.errors.append(f"{self.src.where(table, key, index)}: {msg}")
+        origin = self.origins.get((table, key)) or self.origins.get((table, None))
+        self.errors.append(f"{origin or self.src.where(table, key, index)}: {msg}")
 
     def str_(self, table: str, d: Mapping[str, Any], key: str, default: str, i: int = 0) -> str:
         v = d.get(key, default)
         if not isinstance(v, str) or (key in d and not v):
             self.fail(table, key, i, f"{key} must be a non-empty string")
+            return default
+        if _CONTROL_RE.search(v):
+            self.fail(table, key, i, f"{key} must not contain control characters (line breaks, tabs, NUL)")
             return default
         return v
 
@@ -338,7 +408,7 @@ class _Checker:
              lo: int = 0, hi: int = 10**12) -> int:
         v = d.get(key, default)
         if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-            self.fail(table, key, i, f"{key} must be a whole number from {lo} to {hi}")
+            self.fail(table, key, i, f"{key} must be a whole number from {lo} to {hi}, got {v!r}")
             return default
         return v
 
@@ -367,8 +437,8 @@ class _Checker:
             value = Decimal(str(v))
         except InvalidOperation:
             value = Decimal(-1)
-        if not value.is_finite() or value < 0:
-            self.fail(table, key, i, f"{key} must be a non-negative decimal, got {v!r}")
+        if not value.is_finite() or not 0 <= value <= MAX_USD:
+            self.fail(table, key, i, f"{key} must be a decimal from 0 to {MAX_USD}, got {v!r}")
             return Decimal(default)
         return value
 
@@ -430,12 +500,25 @@ def _egress_proxy(c: _Checker, u: Mapping[str, Any], i: int) -> str | None:
     return value
 
 
+def tenant_name_problem(name: str) -> str | None:
+    """Why `name` cannot be a tenant, or None: the one rule for the config and `keys new`."""
+    if not _NAME_RE.match(name):
+        return (f"tenant name {name!r} must be 1 to 64 letters, digits, '-', '_' or '.', "
+                "starting with a letter or digit")
+    if name.lower() in RESERVED_TENANTS:
+        return (f"tenant name {name!r} is reserved: llmmeter's metrics use "
+                f"{', '.join(sorted(RESERVED_TENANTS))} as labels of their own")
+    return None
+
+
 def _tenants(c: _Checker, items: list[dict[str, Any]]) -> tuple[Tenant, ...]:
     out: list[Tenant] = []
+    owner: dict[str, str] = {}  # key_sha256 -> tenant: one key bills one tenant
     for i, t in enumerate(items):
         name = c.str_("tenant", t, "name", f"tenant{i}", i)
-        if not _NAME_RE.match(name):
-            c.fail("tenant", "name", i, f"tenant name {name!r} must be letters, digits, '-', '_' or '.'")
+        problem = tenant_name_problem(name)
+        if problem:
+            c.fail("tenant", "name", i, problem)
         if any(o.name == name for o in out):
             c.fail("tenant", "name", i, f"duplicate tenant name {name!r}")
         keys = c.globs("tenant", t, "key_sha256", i)
@@ -443,16 +526,52 @@ def _tenants(c: _Checker, items: list[dict[str, Any]]) -> tuple[Tenant, ...]:
             if not _HEX64_RE.match(k):
                 c.fail("tenant", "key_sha256", i, "key_sha256 entries must be 64 lower-case hex "
                        "digits (run `llmmeter keys new TENANT`)")
+            elif owner.setdefault(k, name) != name:
+                c.fail("tenant", "key_sha256", i, f"key_sha256 {k[:12]}… is also tenant {owner[k]!r}'s: "
+                       "a key must identify one tenant")
         out.append(Tenant(name, tuple(keys), c.money("tenant", t, "monthly_budget_usd", "0", i)))
     return tuple(out)
+
+
+def _metrics_token(c: _Checker, server: Mapping[str, Any]) -> str | None:
+    token = c.opt_str("server", server, "metrics_token")
+    if token is not None and not _TOKEN_RE.match(token):
+        # The token itself is never quoted back: it is a secret.
+        c.fail("server", "metrics_token", 0, "metrics_token must be printable ASCII without spaces "
+               "(what a client sends in its Authorization header)")
+        return None
+    return token
+
+
+def _tier_aliases(c: _Checker, items: list[dict[str, Any]]) -> tuple[tuple[str, str], ...]:
+    out: dict[str, str] = {}
+    for i, a in enumerate(items):
+        pair: list[str] = []
+        for key in ("from", "to"):
+            if key not in a:
+                c.fail("tier_alias", None, i, f"[[tier_alias]] needs {key!r}")
+            value = c.str_("tier_alias", a, key, "", i).strip().lower()
+            if key in a and value and not _NAME_RE.match(value):
+                c.fail("tier_alias", key, i, f"tier {value!r} must be letters, digits, '-', '_' or '.'")
+            pair.append(value)
+        source, target = pair
+        if source in out:
+            c.fail("tier_alias", "from", i, f"duplicate tier alias from {source!r}")
+        if source and target:
+            out[source] = target
+    return tuple(out.items())
 
 
 def _names(c: _Checker, table: str, items: list[dict[str, Any]]) -> tuple[str, ...]:
     names: list[str] = []
     for i, item in enumerate(items):
         name = c.str_(table, item, "name", "", i)
-        if name and not _NAME_RE.match(name):
+        if "name" not in item:
+            c.fail(table, None, i, f"[[{table}]] needs a name")
+        elif name and not _NAME_RE.match(name):
             c.fail(table, "name", i, f"{table} name {name!r} must be letters, digits, '-', '_' or '.'")
+        elif table == "tag" and name.lower() in RESERVED_TAGS:
+            c.fail(table, "name", i, f"tag name {name!r} is reserved: untagged requests are counted as it")
         if name in names:
             c.fail(table, "name", i, f"duplicate {table} name {name!r}")
         names.append(name)
@@ -512,41 +631,54 @@ def _opt_path(s: str | None) -> Path | None:
     return Path(s) if s else None
 
 
-def _apply_env(s: Settings, env: Mapping[str, str]) -> Settings:
-    over: dict[str, Any] = {}
-    for var, key in (("LLMMETER_HOST", "host"), ("LLMMETER_PORT", "port"),
-                     ("LLMMETER_DB", "db"), ("LLMMETER_PRICES", "prices"),
-                     ("LLMMETER_UPSTREAM", "upstream"), ("LLMMETER_WORKERS", "workers"),
-                     ("LLMMETER_METRICS_TOKEN", "metrics_token")):
-        if env.get(var):
-            over[key] = env[var]
-    if env.get("LLMMETER_UPSTREAM_API_KEY"):
-        over["upstream_api_key"] = env["LLMMETER_UPSTREAM_API_KEY"]
-    return _apply_overrides(s, over, origin="environment")
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*\Z")
+_SAFE_USER = re.compile(r"[A-Za-z0-9._~%+\-]+\Z")
+_SAFE_HOSTS = re.compile(r"[A-Za-z0-9._\-\[\]:,%]*\Z")  # host[:port], IPv6 in [], or several
+_SAFE_DBNAME = re.compile(r"[A-Za-z0-9._\-$%]*\Z")
+_DSN_PAIR = re.compile(r"\s*([A-Za-z_]+)\s*=\s*('(?:[^'\\]|\\.)*'|[^\s']*)")
+_DSN_SHOWN = ("host", "hostaddr", "port", "dbname", "user")
 
 
-def _apply_overrides(s: Settings, over: Mapping[str, Any], origin: str = "flag") -> Settings:
-    changes: dict[str, Any] = {}
-    for key in ("port", "workers"):
-        if over.get(key) is not None:
-            try:
-                changes[key] = int(over[key])
-            except ValueError:
-                raise ConfigError(f"{origin}: {key} must be a whole number, got {over[key]!r}") from None
-    if over.get("host"):
-        changes["host"] = str(over["host"])
-    if over.get("db"):
-        changes["ledger_url"] = str(over["db"])
-    if over.get("prices"):
-        changes["prices_dir"] = Path(over["prices"])
-    if over.get("metrics_token"):
-        changes["metrics_token"] = str(over["metrics_token"])
-    if over.get("upstream"):
-        url = str(over["upstream"]).rstrip("/")
-        if not re.match(r"^https?://[^/\s]+", url):
-            raise ConfigError(f"{origin}: --upstream must be an http:// or https:// URL, got {url!r}")
-        # The shorthand replaces every [[upstream]] with one default upstream (SPEC).
-        changes["upstreams"] = (Upstream("default", url, api_key=over.get("upstream_api_key")),)
-    elif over.get("upstream_api_key") and len(s.upstreams) == 1 and s.upstreams[0].api_key_env is None:
-        changes["upstreams"] = (replace(s.upstreams[0], api_key=str(over["upstream_api_key"])),)
-    return replace(s, **changes) if changes else s
+def redact_url(url: str) -> str:
+    """A ledger URL or DSN fit for logs and messages: never a password, whatever the spelling.
+
+    URLs keep scheme, user, host, port and database name, each only if it is made of
+    characters no password needs; the query (`?password=`) is dropped. Userinfo ends at the
+    last '@', so an unencoded '/', '?' or '@' in a password stays inside it. A keyword/value
+    DSN (`host=... password=...`) keeps host, port, dbname and user."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        if "=" in url:
+            return _redact_dsn(url)
+        return "…" if "@" in url else url  # a plain SQLite path holds no secret; `user:pw@host` might
+    if not _SCHEME.match(scheme):
+        return "…"
+    if scheme.lower() == "sqlite":
+        return f"{scheme}://{rest.split('?', 1)[0]}"
+    userinfo, at, location = rest.rpartition("@")
+    if "?" in userinfo or "#" in userinfo:
+        # An '@' in the query (`?password=a@b`) or in a password after '?': either way a
+        # part of a password would be shown as the host.
+        return f"{scheme}://…"
+    user = userinfo.partition(":")[0]
+    shown_user = f"{user}@" if at and _SAFE_USER.match(user) else ""
+    m = re.match(r"([^/?#]*)(/?)([^?#]*)", location)
+    hosts, slash, dbname = m.groups() if m else ("", "", "")
+    hosts = hosts if _SAFE_HOSTS.match(hosts) else "…"
+    dbname = dbname if _SAFE_DBNAME.match(dbname) else "…"
+    return f"{scheme}://{shown_user}{hosts}{slash}{dbname}"
+
+
+def _redact_dsn(dsn: str) -> str:
+    shown: list[str] = []
+    pos = 0
+    while pos < len(dsn.rstrip()):
+        m = _DSN_PAIR.match(dsn, pos)
+        if m is None or m.end() == pos:
+            shown.append("…")  # the rest does not parse: it may hold anything
+            break
+        key, value = m.groups()
+        if key.lower() in _DSN_SHOWN:
+            shown.append(f"{key}={value}")
+        pos = m.end()
+    return " ".join(shown)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from proxy.errors import ConfigError
-from proxy.settings import load, resolve_api_keys
+from proxy.settings import load, redact_url, resolve_api_keys, tenant_name_problem
 
 FULL = """\
 [server]
@@ -175,3 +175,118 @@ proxy = "http://127.0.0.1:3128"
     with pytest.raises(ConfigError, match="client_cert and client_key"):
         load(write(tmp_path, f'[[upstream]]\nname = "a"\nbase_url = "https://x/v1"\nclient_cert = "{ca}"\n'),
              env={})
+
+
+@pytest.mark.parametrize(("env", "overrides", "where", "words"), [
+    ({}, {"port": 99999}, "flag --port", "port must be a whole number from 1 to 65535, got 99999"),
+    ({}, {"port": 0}, "flag --port", "from 1 to 65535"),
+    ({"LLMMETER_PORT": "99999"}, {}, "variable LLMMETER_PORT", "from 1 to 65535"),
+    ({"LLMMETER_PORT": "http"}, {}, "variable LLMMETER_PORT", "got 'http'"),
+    ({}, {"workers": 0}, "flag --workers", "workers must be a whole number from 1 to 256"),
+    ({"LLMMETER_WORKERS": "10000"}, {}, "variable LLMMETER_WORKERS", "from 1 to 256"),
+    ({}, {"upstream": "ftp://x"}, "flag --upstream", "base_url must be an http"),
+    ({"LLMMETER_UPSTREAM": "x"}, {}, "variable LLMMETER_UPSTREAM", "base_url must be an http"),
+    ({"LLMMETER_METRICS_TOKEN": "tökén"}, {}, "variable LLMMETER_METRICS_TOKEN", "printable ASCII"),
+    ({"LLMMETER_METRICS_TOKEN": "two words"}, {}, "variable LLMMETER_METRICS_TOKEN", "without spaces"),
+    ({}, {"host": ""}, "flag --host", "host must be a non-empty string"),
+    ({"LLMMETER_DB": "data/x.db\n"}, {}, "variable LLMMETER_DB", "control characters"),
+])
+def test_flags_and_variables_pass_the_file_checks_and_are_named(
+        env: dict[str, str], overrides: dict[str, object], where: str, words: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load(None, env=env, overrides=overrides)
+    assert str(e.value).startswith(f"{where}: ") and words in str(e.value)
+
+
+def test_a_flag_rejection_names_the_flag_even_over_a_valid_file(tmp_path: Path) -> None:
+    path = write(tmp_path, FULL)
+    with pytest.raises(ConfigError, match=r"^variable LLMMETER_PORT: port"):
+        load(path, env={"LLMMETER_PORT": "65536"})
+    with pytest.raises(ConfigError, match=r"^flag --port: port"):
+        load(path, env={"LLMMETER_PORT": "7000"}, overrides={"port": -1})
+    # The flag wins over a bad variable, as it wins over a good one.
+    assert load(path, env={"LLMMETER_PORT": "nope"}, overrides={"port": 7001}).port == 7001
+    assert load(path, env={"LLMMETER_WORKERS": " 4 "}).workers == 4
+    assert load(path, env={"LLMMETER_PORT": ""}).port == 9090  # an empty variable is unset
+
+
+@pytest.mark.parametrize(("text", "line", "words"), [
+    ("[server]\nport = 0\n", 2, "port must be a whole number from 1 to 65535"),
+    ("[server]\nworkers = 257\n", 2, "workers must be a whole number from 1 to 256"),
+    ('[server]\nmetrics_token = "caf\u00e9-token"\n', 2, "metrics_token must be printable ASCII"),
+    ('[server]\nmetrics_token = "a b"\n', 2, "without spaces"),
+    ('[[tenant]]\nname = "all"\n', 2, "tenant name 'all' is reserved"),
+    ('[[tenant]]\nname = "Other"\n', 2, "is reserved"),
+    ('[[tenant]]\nname = "unauthenticated"\n', 2, "is reserved"),
+    ('[[tag]]\nname = "other"\n', 2, "tag name 'other' is reserved"),
+    (f'[[tenant]]\nname = "a"\nkey_sha256 = ["{"c" * 64}"]\n\n[[tenant]]\nname = "b"\nkey_sha256 = ["{"c" * 64}"]\n',
+     7, "is also tenant 'a''s"),
+    ("[[tier_alias]]\n", 1, "[[tier_alias]] needs 'from'"),
+    ('[[tier_alias]]\nfrom = "turbo"\n', 1, "[[tier_alias]] needs 'to'"),
+    ('[[tier_alias]]\nfrom = ""\nto = "highspeed"\n', 2, "from must be a non-empty string"),
+    ('[[tier_alias]]\nfrom = "a"\nto = "fast lane"\n', 3, "tier 'fast lane' must be letters"),
+    ('[[tier_alias]]\nfrom = "a"\nto = "b"\n[[tier_alias]]\nfrom = "A"\nto = "c"\n', 5,
+     "duplicate tier alias from 'a'"),
+    ('[[tenant]]\nname = "t\\n"\n', 2, "control characters"),
+    ('[budget]\nmonthly_usd = "1e999999999"\n', 2, "monthly_usd must be a decimal from 0 to"),
+    ("[server]\nread_timeout_s = nan\n", 2, "read_timeout_s must be a positive number"),
+])
+def test_config_that_would_break_serving_is_refused(tmp_path: Path, text: str, line: int, words: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as e:
+        load(path, env={})
+    assert f"{path}:{line}: " in str(e.value) and words in str(e.value), str(e.value)
+
+
+def test_one_key_listed_twice_by_one_tenant_is_not_a_clash(tmp_path: Path) -> None:
+    key = "d" * 64
+    s = load(write(tmp_path, f'[[tenant]]\nname = "a"\nkey_sha256 = ["{key}", "{key}"]\n'), env={})
+    assert s.tenants[0].name == "a"
+
+
+@pytest.mark.parametrize(("data", "words"), [
+    (b"[server]\nport = 1\n\xff\xfe\n", ":3: not UTF-8 text"),
+    (b"a = " + b"[" * 600 + b"]" * 600 + b"\n", ": arrays or tables nested too deeply"),
+    (b"a = " + b"{b = " * 600 + b"1" + b"}" * 600 + b"\n", ": arrays or tables nested too deeply"),
+    (b"[server]\nport = \n", ":2: not valid TOML"),
+    (b"x = 0001-01-01T00:00:00+01:00\n", ":1: unknown section or key 'x'"),
+])
+def test_hostile_config_bytes_get_an_error_naming_the_file(tmp_path: Path, data: bytes, words: str) -> None:
+    path = tmp_path / "llmmeter.toml"
+    path.write_bytes(data)
+    with pytest.raises(ConfigError) as e:
+        load(path, env={})
+    assert str(e.value).startswith(str(path)) and words in str(e.value), str(e.value)
+
+
+def test_a_directory_as_config_is_a_clean_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=rf"^{tmp_path}: cannot read config"):
+        load(tmp_path, env={})
+
+
+@pytest.mark.parametrize(("url", "shown", "secret"), [
+    ("postgresql://bob:12/34@host/db", "postgresql://bob@host/db", "12/34"),
+    ("postgresql://bob:hunter2@db.internal:5432/llmmeter", "postgresql://bob@db.internal:5432/llmmeter", "hunter2"),
+    ("postgres://bob:hunter2@host/db", "postgres://bob@host/db", "hunter2"),
+    ("postgresql+psycopg://bob:hunter2@[::1]:5432/db", "postgresql+psycopg://bob@[::1]:5432/db", "hunter2"),
+    ("postgresql://bob@host/db?password=hunter2&sslmode=require", "postgresql://bob@host/db", "hunter2"),
+    ("postgresql://bob:p@ss#w?rd@host/db", "postgresql://…", "ss#w"),
+    ("postgresql://bob:hun@ter2@host/db", "postgresql://bob@host/db", "ter2"),
+    ("postgresql://host/db?password=hun@ter2", "postgresql://…", "ter2"),
+    ("postgresql:///db?host=/run/postgresql&password=hunter2", "postgresql:///db", "hunter2"),
+    ("host=db.internal port=5432 user=bob password=hunter2 dbname=ledger",
+     "host=db.internal port=5432 user=bob dbname=ledger", "hunter2"),
+    ("host=db password = 'hun ter\\' 2' dbname=x", "host=db dbname=x", "hun"),
+    ("host=db password hunter2", "host=db …", "hunter2"),
+    ("bob:hunter2@host/db", "…", "hunter2"),
+    ("sqlite:///data/llmmeter.db", "sqlite:///data/llmmeter.db", "\0"),
+])
+def test_redaction_hides_the_password_in_any_url_form(url: str, shown: str, secret: str) -> None:
+    assert redact_url(url) == shown
+    assert secret not in redact_url(url)
+
+
+def test_tenant_name_rule_is_one() -> None:
+    assert tenant_name_problem("search-team") is None
+    for bad in ('x"; evil = "1', "x\n", "all", "", "-x", "a" * 65, "tëam"):
+        assert tenant_name_problem(bad), bad
