@@ -16,7 +16,6 @@ from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -37,6 +36,7 @@ from proxy.ledger.store import (
     whole_hours,
 )
 from proxy.record import Record
+from proxy.settings import redact_url
 
 _COLS = ", ".join(COLUMNS)
 # A batch is copied into a per-connection staging table, then moved with one INSERT, so
@@ -211,14 +211,7 @@ class PostgresWriter:
 
 def redact(url: str) -> str:
     """The URL without its password or query (which may hold one), for messages and logs."""
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        port = f":{parts.port}" if parts.port else ""
-        user = f"{parts.username}@" if parts.username else ""
-    except ValueError:
-        return f"{url.partition('://')[0]}://…"
-    return f"{parts.scheme}://{user}{host}{port}{parts.path}"
+    return redact_url(url)  # one redaction for every spelling: unencoded '/', '@', DSNs
 
 
 def _text_safe(row: tuple[Any, ...]) -> tuple[Any, ...]:
