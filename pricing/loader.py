@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pricing.model import TOKEN_TYPES, Price
+from proxy.errors import LLMMeterError
 
 REQUIRED = ("model", "tier", "effective_from", *TOKEN_TYPES, "source")
 OPTIONAL = ("match", "upstream", "currency")
@@ -26,7 +27,7 @@ _HEADER = re.compile(r"^\s*\[\[\s*price\s*\]\]")
 _TOML_LINE = re.compile(r"at line (\d+)")
 
 
-class PriceTableError(ValueError):
+class PriceTableError(LLMMeterError, ValueError):
     """One or more price tables are broken; `errors` holds each "file:line: what" message."""
 
     def __init__(self, errors: list[str]) -> None:
@@ -62,11 +63,28 @@ def _load(directory: str | Path | Traversable) -> tuple[list[Price], list[str]]:
     prices: list[Price] = []
     errors: list[str] = []
     for table in tables:
-        found, bad = parse_table(table.read_bytes().decode("utf-8", "replace"), str(table))
+        found, bad = _read_table(table)
         prices += found
         errors += bad
     errors += _cross_checks(prices)
     return prices, errors
+
+
+def _read_table(table: Path | Traversable) -> tuple[list[Price], list[str]]:
+    """One file's entries and errors; a file that cannot be read or decoded is one error naming it."""
+    name = str(table)
+    if not table.is_file():
+        return [], [f"{name}: not a file: a price table is a *.toml file"]
+    try:
+        data = table.read_bytes()
+    except OSError as e:
+        return [], [f"{name}: cannot read: {e.strerror or e}"]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        return [], [f"{name}:{line}: not UTF-8 text (byte {e.start} is {data[e.start]:#04x}): a price table is TOML"]
+    return parse_table(text, name)
 
 
 def parse_table(text: str, name: str) -> tuple[list[Price], list[str]]:
@@ -76,12 +94,15 @@ def parse_table(text: str, name: str) -> tuple[list[Price], list[str]]:
     except tomllib.TOMLDecodeError as e:
         m = _TOML_LINE.search(str(e))
         return [], [f"{name}:{m.group(1) if m else 1}: not valid TOML: {e}"]
+    except RecursionError:  # tomllib recurses once per nested array or table
+        return [], [f"{name}: arrays or tables nested too deeply to be a price table"]
     lines = text.splitlines()
     errors = [f"{name}:{_key_line(lines, 0, len(lines), k) or 1}: unknown top-level key {k!r} (only [[price]])"
               for k in doc if k != "price"]
     entries = doc.get("price", [])
-    if not isinstance(entries, list):
-        return [], [*errors, f"{name}:1: `price` must be an array of tables: write [[price]]"]
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        line = _key_line(lines, 0, len(lines), "price") or 1
+        return [], [*errors, f"{name}:{line}: `price` must be an array of tables: write [[price]]"]
     headers = [i for i, line in enumerate(lines) if _HEADER.match(line)]
     prices = []
     for n, entry in enumerate(entries):
@@ -143,7 +164,11 @@ def _effective(v: object, where: str, errors: list[str]) -> datetime | None:
             errors.append(f"{where}: effective_from {v.isoformat()} has no UTC offset (write e.g. "
                           f"{v.isoformat()}Z)")
             return None
-        return v.astimezone(UTC)
+        try:
+            return v.astimezone(UTC)
+        except OverflowError:  # e.g. 0001-01-01T00:00:00+01:00 is before the first representable time
+            errors.append(f"{where}: effective_from {v.isoformat()} is out of range")
+            return None
     if isinstance(v, date):
         errors.append(f"{where}: effective_from must be a time with offset, e.g. {v.isoformat()}T00:00:00Z")
     else:

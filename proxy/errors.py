@@ -1,7 +1,9 @@
 """llmmeter's own exceptions and the error bodies the proxy itself sends.
 
     LLMMeterError
-     ├── ConfigError        bad config file, flag or environment (file:line in the message)
+     ├── ConfigError        bad config file, flag or environment (file:line, flag or variable in the message)
+     ├── PriceTableError    broken price tables (pricing/loader.py; "file:line: what" per error)
+     ├── OutputError        an --out that cannot be written, or that is the ledger or its journal
      └── UpstreamError      the upstream failed this request
           ├── Unreachable   no response: connecting (refused, DNS, TLS, egress proxy) or the
           │                 connection closed before a response byte
@@ -25,6 +27,10 @@ class LLMMeterError(Exception):
 
 class ConfigError(LLMMeterError):
     """The configuration cannot be used; the message names the file and line."""
+
+
+class OutputError(LLMMeterError):
+    """`report --out` / `export --out` cannot be used; the message names the path and why."""
 
 
 class UpstreamError(LLMMeterError):
