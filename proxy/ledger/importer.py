@@ -1,7 +1,9 @@
 """The background thread that moves the backlog into the database in batches.
 
 It owns its writer connection. When a write fails it keeps the batch, drops the
-connection, backs off and tries again; `healthy` says whether writes are landing.
+connection, backs off and tries again; `healthy` says whether writes are landing and
+`problem` why not. A record the database refuses for its content is not a failure: it is
+set aside (proxy/ledger/deadletter.py) and the rest of its batch lands.
 """
 
 from __future__ import annotations
@@ -10,10 +12,10 @@ import logging
 import threading
 
 from proxy.ledger.backlog import Backlog
+from proxy.ledger.deadletter import DeadLetters, store_chunks, store_or_set_aside
 from proxy.ledger.journal import Journal, ReadStats, Segment, read_segment
 from proxy.ledger.replay import batches
-from proxy.ledger.store import Store, StoreUnavailable, Writer
-from proxy.record import Record
+from proxy.ledger.store import LedgerReplaced, Store, Writer
 
 log = logging.getLogger("llmmeter.ledger")
 
@@ -22,13 +24,14 @@ BACKOFF_MAX_S = 5.0
 
 
 class Importer(threading.Thread):
-    def __init__(self, store: Store, backlog: Backlog, journal: Journal, batch_size: int,
+    def __init__(self, store: Store, backlog: Backlog, journal: Journal, dead: DeadLetters, batch_size: int,
                  interval_s: float) -> None:
         super().__init__(name="llmmeter-ledger-importer", daemon=True)
-        self.store, self.backlog, self.journal = store, backlog, journal
+        self.store, self.backlog, self.journal, self.dead = store, backlog, journal, dead
         self.batch_size, self.interval_s = batch_size, interval_s
         self.healthy = True
-        self.rejected = 0
+        self.problem: str | None = None  # the last failure, while writes are not landing
+        self.replaced = False  # the ledger file is not the one opened: no use waiting for a flush
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._writer: Writer | None = None
@@ -57,7 +60,7 @@ class Importer(threading.Thread):
                     continue
                 backoff = 0.0
                 if not self.healthy:
-                    self.healthy = True
+                    self.healthy, self.problem, self.replaced = True, None, False
                     log.warning("ledger database writable again; %d records pending", self.backlog.pending)
                 if not full:
                     self._wake.wait(self.interval_s)
@@ -68,7 +71,7 @@ class Importer(threading.Thread):
         """One batch, then journal upkeep; True when the batch was full (more is waiting)."""
         batch = self.backlog.take(self.batch_size)
         if batch:
-            self._insert([item.record for item in batch])
+            store_or_set_aside(self._connection(), [item.record for item in batch], self.dead)
             self.backlog.done()
             self.journal.release(item.segment for item in batch if item.segment is not None)
         for seg in self.journal.maintain(drained=self.backlog.drained()):
@@ -80,29 +83,10 @@ class Importer(threading.Thread):
             # Memory let these go while the database was away; the closed segment still has them.
             stats = ReadStats()
             writer = self._connection()
-            for chunk in batches(read_segment(seg.fd, stats), self.batch_size):
-                writer.insert_many(chunk)
+            store_chunks(writer, batches(read_segment(seg.fd, stats), self.batch_size), self.dead)
             self.backlog.reimported(seg.dropped)
             log.info("re-imported %d journal records from %s", stats.records, seg.path.name)
         self.journal.discard(seg)
-
-    def _insert(self, records: list[Record]) -> None:
-        writer = self._connection()
-        try:
-            writer.insert_many(records)
-        except StoreUnavailable:
-            raise
-        except Exception:
-            # Not the database: some record cannot be stored. Keep the rest rather than retry forever.
-            log.exception("a ledger batch could not be stored; storing its records one by one")
-            for r in records:
-                try:
-                    writer.insert_many([r])
-                except StoreUnavailable:
-                    raise
-                except Exception:
-                    self.rejected += 1
-                    log.exception("ledger record %s rejected", r.id)
 
     def _connection(self) -> Writer:
         if self._writer is None:
@@ -110,7 +94,9 @@ class Importer(threading.Thread):
         return self._writer
 
     def _failed(self, e: Exception) -> None:
-        self._drop_writer()  # a fresh connection next time: the file may have been replaced
+        self._drop_writer()  # a fresh connection next time: the database may have restarted
+        self.problem = f"ledger database write failed: {e}"
+        self.replaced = isinstance(e, LedgerReplaced)
         if self.healthy:
             self.healthy = False
             log.error("ledger database write failed, %d records pending, retrying: %s", self.backlog.pending, e)

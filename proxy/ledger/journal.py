@@ -3,7 +3,9 @@
 Each process writes its own segment files and holds an exclusive flock on every segment
 it still owns, so a replaying process only ever takes files whose writer is gone. A
 segment is deleted once everything written to it is in the database. All methods take
-the journal's lock; none of them raises into the request path.
+the journal's lock; none of them raises into the request path. Segments are created
+FILE_MODE (0640: owner read-write, group read; the umask may narrow it) in a directory
+made DIR_MODE: records hold end_user.
 """
 
 from __future__ import annotations
@@ -27,6 +29,14 @@ log = logging.getLogger("llmmeter.ledger")
 
 SUFFIX = ".jsonl"
 SEGMENT_BYTES = 64 * 1024 * 1024
+FILE_MODE = 0o640
+DIR_MODE = 0o750
+# One line per record; datetimes as RFC 3339, naive ones taken as UTC.
+_JSON = orjson.OPT_APPEND_NEWLINE | orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC
+# Integer fields a line may carry as a decimal string: orjson writes no integer beyond 64 bits,
+# and a cost at the caps (4 x 10^19 units, pricing/calculator.py) is beyond them.
+_WIDE = ("cost_units", "input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens",
+         "reasoning_tokens", "duration_ms", "ttft_ms", "code")
 REOPEN_AFTER_S = 1.0  # how soon a failed journal is tried again
 CHECK_EVERY_S = 0.5  # how often the open segment is checked to still be on disk
 _READ_CHUNK = 1 << 20
@@ -54,6 +64,7 @@ class Journal:
         self.fsync = fsync
         self.segment_bytes = segment_bytes
         self.ok = True
+        self.problem: str | None = None  # why the journal is down, while it is
         self._lock = threading.Lock()
         self._current: Segment | None = None
         self._sealed: list[Segment] = []
@@ -154,6 +165,7 @@ class Journal:
             self._sealed.append(self._current)
         self._current = seg
         self.ok = True
+        self.problem = None
         self._checked_at = time.monotonic()
         return True
 
@@ -166,6 +178,7 @@ class Journal:
         if self.ok:
             log.error("ledger journal %s failed, records are held in memory only: %s", self.directory, e)
         self.ok = False
+        self.problem = f"ledger journal {self.directory}: {e}"
         self._retry_at = time.monotonic() + REOPEN_AFTER_S
         if self._current is not None:
             self._sealed.append(self._current)
@@ -173,16 +186,34 @@ class Journal:
 
 
 def _create(directory: Path) -> Segment:
-    directory.mkdir(parents=True, exist_ok=True)
-    name = f"segment-{time.time_ns():020d}-{os.getpid()}-{secrets.token_hex(4)}{SUFFIX}"
-    path = directory / name
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o640)
+    fd, path = create_locked(directory, "segment")
+    return Segment(path, fd, os.fstat(fd).st_ino)
+
+
+def create_locked(directory: Path, kind: str) -> tuple[int, Path]:
+    """A new FILE_MODE file `<kind>-<time>-<pid>-<random>.jsonl`, open for appends and flock'd."""
+    directory.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    path = directory / f"{kind}-{time.time_ns():020d}-{os.getpid()}-{secrets.token_hex(4)}{SUFFIX}"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, FILE_MODE)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return Segment(path, fd, os.fstat(fd).st_ino)
+        return fd, path
     except OSError:
         os.close(fd)
         raise
+
+
+def encode(record: Record) -> bytes:
+    """The record's journal line; TypeError when it has no faithful JSON form."""
+    try:
+        return orjson.dumps(record, option=_JSON)
+    except TypeError:
+        d = record.to_json_dict()  # a wide integer (a cost at the caps) goes as a decimal string
+        for name in _WIDE:
+            v = d.get(name)
+            if type(v) is int and not -(2**63) <= v < 2**64:
+                d[name] = str(v)
+        return orjson.dumps(d, option=_JSON)
 
 
 def _remove(seg: Segment) -> None:
@@ -223,6 +254,10 @@ def _parse(line: bytes, stats: ReadStats) -> Record | None:
         return None
     try:
         rec = Record.from_json_dict(orjson.loads(line))
+        for name in _WIDE:
+            v = getattr(rec, name)
+            if isinstance(v, str):
+                setattr(rec, name, int(v))  # digits only, as encode() wrote them
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
         stats.skipped_lines += 1
         return None

@@ -1,4 +1,8 @@
-"""The durable ledger: journal first, database in batches, journal replayed at start."""
+"""The durable ledger: journal first, database in batches, journal replayed at start.
+
+Read-only (report, export: `read_only=True`) it is only the store's reads: nothing is
+created, migrated, replayed or imported.
+"""
 
 from __future__ import annotations
 
@@ -8,19 +12,16 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import orjson
-
 from proxy.ledger.backlog import QUEUE_LIMIT, Backlog
+from proxy.ledger.deadletter import DeadLetters, RetryStats, dead_letter_dir, retry
 from proxy.ledger.importer import Importer
-from proxy.ledger.journal import SEGMENT_BYTES, Journal
+from proxy.ledger.journal import SEGMENT_BYTES, Journal, encode
 from proxy.ledger.replay import ReplayStats, replay
 from proxy.ledger.store import Store, open_store
 from proxy.record import Record
 
 log = logging.getLogger("llmmeter.ledger")
 
-# One line per record; datetimes as RFC 3339, naive ones taken as UTC.
-_JSON = orjson.OPT_APPEND_NEWLINE | orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC
 _LOST_LOG_EVERY_S = 10.0
 
 
@@ -30,31 +31,36 @@ class Ledger:
     def __init__(self, url: str, journal_dir: Path | None = None, fsync: bool = False,
                  batch_size: int = 500, flush_interval_s: float = 0.05, *,
                  queue_limit: int = QUEUE_LIMIT, segment_bytes: int = SEGMENT_BYTES,
-                 busy_timeout_s: float = 5.0) -> None:
-        self.store: Store = open_store(url, busy_timeout_s)
+                 busy_timeout_s: float = 5.0, read_only: bool = False) -> None:
+        self.read_only = read_only
+        self.store: Store = open_store(url, busy_timeout_s, read_only=read_only)
         self.journal_dir = journal_dir if journal_dir is not None else self.store.default_journal_dir()
         self.batch_size = batch_size
         self.flush_interval_s = flush_interval_s
         self.last_replay = ReplayStats()
         self._journal = Journal(self.journal_dir, fsync, segment_bytes)
         self._backlog = Backlog(queue_limit)
+        self._dead = DeadLetters(dead_letter_dir(self.journal_dir))
         self._importer: Importer | None = None
         self._lost_logged_at = float("-inf")
         self._closed = False
 
     # --- lifecycle ----------------------------------------------------------------------
     def start(self) -> int:
-        """Migrate, replay the journal, then import in the background. Returns records replayed."""
+        """Migrate, replay the journal, then import in the background. Returns records replayed.
+        Read-only: nothing (the store was checked when it was opened)."""
         if self._importer is not None:
             raise RuntimeError("ledger already started")
+        if self.read_only:
+            return 0
         self.store.migrate()
         writer = self.store.writer()
         try:
-            self.last_replay = replay(self.journal_dir, writer, self.batch_size)
+            self.last_replay = replay(self.journal_dir, writer, self.batch_size, self._dead)
         finally:
             writer.close()
         self._journal.open()  # a journal that cannot open is reported by journal_ok, not raised
-        self._importer = Importer(self.store, self._backlog, self._journal, self.batch_size,
+        self._importer = Importer(self.store, self._backlog, self._journal, self._dead, self.batch_size,
                                   self.flush_interval_s)
         self._importer.start()
         return self.last_replay.records
@@ -72,7 +78,7 @@ class Ledger:
             unjournaled: list[Record] = []
             for r in records:
                 try:
-                    lines.append(orjson.dumps(r, option=_JSON))
+                    lines.append(encode(r))
                     journaled.append(r)
                 except TypeError:
                     log.exception("ledger record %s cannot be journaled", r.id)
@@ -100,7 +106,7 @@ class Ledger:
             left = deadline - time.monotonic()
             if self._backlog.wait_committed(target, max(0.0, min(left, self.flush_interval_s))):
                 return True
-            if left <= 0:
+            if left <= 0 or importer.replaced:  # nothing lands until the file is back: no use waiting
                 return False
 
     def close(self, timeout: float = 10.0) -> None:
@@ -114,6 +120,7 @@ class Ledger:
                             self.pending)
             self._importer.stop()
         self._journal.close()
+        self._dead.close()
 
     # --- state --------------------------------------------------------------------------
     @property
@@ -129,6 +136,34 @@ class Ledger:
     @property
     def journal_ok(self) -> bool:
         return self._journal.ok
+
+    @property
+    def problem(self) -> str | None:
+        """Why records are not landing (database or journal), while they are not."""
+        importer = self._importer
+        if importer is not None and not importer.healthy and importer.problem:
+            return importer.problem
+        return self._journal.problem
+
+    @property
+    def rejected(self) -> int:
+        """Records the database refused for their content, set aside as dead letters (SPEC metric
+        llmmeter_ledger_rejected_records_total)."""
+        return self._dead.count
+
+    @property
+    def dead_letter_dir(self) -> Path:
+        return self._dead.directory
+
+    def retry_dead_letters(self) -> RetryStats:
+        """`llmmeter ledger retry`: import the dead letters again (a live ledger's own file is left to
+        it); what the database still refuses goes to a new dead-letter file."""
+        self.store.migrate()
+        writer = self.store.writer()
+        try:
+            return retry(writer, self._dead.directory, self.batch_size)
+        finally:
+            writer.close()
 
     @property
     def lost(self) -> int:

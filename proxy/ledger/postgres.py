@@ -3,8 +3,8 @@
 Each importer thread owns one connection; every read opens its own and streams rows
 through a server-side cursor. Any failure of the server or the connection surfaces as
 StoreUnavailable, so the ledger keeps records in its journal and backlog and retries.
-A record the database refuses for its content (a number beyond BIGINT) is a ValueError
-instead: the importer then stores the batch one record at a time and rejects that one.
+A record the database refuses for its content (a number beyond BIGINT, a constraint) is
+RecordRefused instead: the ledger then sets that record aside (proxy/ledger/deadletter.py).
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import contextlib
 import math
 from collections.abc import Iterator, Sequence
 from datetime import datetime
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from proxy.ledger import migrations
@@ -27,10 +27,15 @@ from proxy.ledger.store import (
     HOUR_US,
     HOURLY_SQL,
     ROLLUP_SQL,
+    TENANT_COST_SQL,
+    LedgerOutdated,
     LedgerTooNew,
+    RecordRefused,
     StoreUnavailable,
     from_micros,
     from_row,
+    money_rows,
+    tenant_costs,
     to_micros,
     to_row,
     whole_hours,
@@ -63,8 +68,9 @@ DEFAULT_JOURNAL_DIR = Path("data/journal")
 
 
 class PostgresStore:
-    def __init__(self, url: str, busy_timeout_s: float = 5.0) -> None:
+    def __init__(self, url: str, busy_timeout_s: float = 5.0, *, read_only: bool = False) -> None:
         self.safe_url = redact(url)
+        self.read_only = read_only
         scheme, _, rest = url.partition("://")
         # `postgresql+psycopg://` (SQLAlchemy's spelling) is the same URL to libpq.
         url = "postgresql://" + rest if scheme.lower().startswith("postgresql+") else url
@@ -75,7 +81,10 @@ class PostgresStore:
             raise ValueError(f"ledger URL {self.safe_url!r} is not a PostgreSQL URL libpq accepts") from None
         # Waiting on a lock longer than SQLite's busy timeout is an outage like SQLite's: retried.
         lock_ms = max(1, round(busy_timeout_s * 1000))
-        params["options"] = f"{params.get('options') or ''} -c lock_timeout={lock_ms}".strip()
+        options = f"{params.get('options') or ''} -c lock_timeout={lock_ms}"
+        if read_only:  # the server itself refuses any write from a read-only command
+            options += " -c default_transaction_read_only=on"
+        params["options"] = options.strip()
         params.setdefault("connect_timeout", max(2, math.ceil(busy_timeout_s)))
         params.setdefault("application_name", "llmmeter")
         self._conninfo = make_conninfo("", **params)
@@ -90,6 +99,9 @@ class PostgresStore:
         return DEFAULT_JOURNAL_DIR.absolute()
 
     def migrate(self) -> int:
+        if self.read_only:
+            self._check_schema()
+            return 0
         con = self._connect()
         try:
             with con.transaction():
@@ -113,7 +125,18 @@ class PostgresStore:
         finally:
             con.close()
 
+    def _check_schema(self) -> None:
+        """A read-only store's migrate(): the database has exactly the known migrations."""
+        applied = {int(v) for (v,) in self._read("SELECT version FROM schema_migrations", ())}
+        shipped = migrations.load("postgresql")
+        if newer := migrations.unknown(applied, shipped):
+            raise LedgerTooNew(self.safe_url, newer)
+        if missing := [m.version for m in shipped if m.version not in applied]:
+            raise LedgerOutdated(self.safe_url, missing)
+
     def writer(self) -> PostgresWriter:
+        if self.read_only:
+            raise StoreUnavailable(f"{self.safe_url}: opened read-only")
         con = self._connect()
         try:
             con.execute(_CREATE_STAGING)
@@ -143,10 +166,15 @@ class PostgresStore:
         return int(n)
 
     def cost_by_tenant(self, start_from: datetime, start_to: datetime) -> dict[str, int]:
-        where, params = _range(start_from, start_to, None)
-        rows = self._read(f"SELECT tenant, SUM(cost_units) FROM requests WHERE {where} "
-                          "AND cost_units IS NOT NULL GROUP BY tenant", params)
-        return {tenant: int(units) for tenant, units in rows}
+        """As SqliteStore's: the rollup for whole UTC hours, the requests for the rest, added up in
+        Python; tenants that spent nothing are left out."""
+        lo, hi = to_micros(start_from), to_micros(start_to)
+        first, last = whole_hours(lo, hi)
+        costs = tenant_costs(self._read(TENANT_COST_SQL.format(where="hour >= %s AND hour < %s"),
+                                        (first // HOUR_US, last // HOUR_US)))
+        for row in self._summed(lo, first, None) + self._summed(last, hi, None):
+            costs[row[5]] = costs.get(row[5], 0) + row[17]
+        return {tenant: units for tenant, units in costs.items() if units}
 
     def hourly(self, start_from: datetime, start_to: datetime, tenant: str | None) -> list[tuple[Any, ...]]:
         """As SqliteStore.hourly: the range's whole UTC hours from the rollup, its partial first
@@ -154,8 +182,8 @@ class PostgresStore:
         lo, hi = to_micros(start_from), to_micros(start_to)
         first, last = whole_hours(lo, hi)
         where = "hour >= %s AND hour < %s" + (" AND tenant = %s" if tenant is not None else "")
-        rows = self._read(ROLLUP_SQL.format(where=where),
-                          (first // HOUR_US, last // HOUR_US, *((tenant,) if tenant is not None else ())))
+        rows = money_rows(self._read(ROLLUP_SQL.format(where=where),
+                                     (first // HOUR_US, last // HOUR_US, *((tenant,) if tenant is not None else ()))))
         return self._summed(lo, first, tenant) + rows + self._summed(last, hi, tenant)
 
     def _summed(self, lo: int, hi: int, tenant: str | None) -> list[tuple[Any, ...]]:
@@ -163,9 +191,8 @@ class PostgresStore:
         if lo >= hi:
             return []
         where, params = _range(from_micros(lo), from_micros(hi), tenant)
-        # SUM over BIGINT is NUMERIC here; the rows are integers, as SQLite gives them.
-        return [tuple(int(v) if isinstance(v, Decimal) else v for v in row)
-                for row in self._read(HOURLY_SQL.format(where=where), params)]
+        # SUM over BIGINT is NUMERIC here; money_rows makes the rows integers, as SQLite gives them.
+        return money_rows(self._read(HOURLY_SQL.format(where=where), params))
 
     def input_side_percentiles(self, start_from: datetime, start_to: datetime, tenant: str | None,
                                percents: Sequence[int]) -> dict[str, list[int]]:
@@ -190,23 +217,30 @@ class PostgresWriter:
         self.con, self.safe_url = con, safe_url
 
     def insert_many(self, records: Sequence[Record]) -> int:
+        rows = [_text_safe(to_row(r)) for r in records]  # RecordRefused before any transaction begins
         try:
             with self.con.transaction(), self.con.cursor() as cur:
                 with cur.copy(_COPY) as copy:
-                    for i, r in enumerate(records):
-                        copy.write_row((i, *_text_safe(to_row(r))))
+                    for i, row in enumerate(rows):
+                        copy.write_row((i, *row))
                 cur.execute(_MOVE)
                 return cur.rowcount
-        except (psycopg.DataError, psycopg.IntegrityError) as e:
-            if self.con.closed:
-                raise StoreUnavailable(f"{self.safe_url}: {e}") from e
-            raise ValueError(f"the database refused a ledger record: {e}") from e
-        except psycopg.Error as e:
+        except Exception as e:
+            if self.con.closed or self.con.info.transaction_status != pq.TransactionStatus.IDLE:
+                raise StoreUnavailable(f"{self.safe_url}: {e}") from e  # nothing to go on with: a new connection
+            if isinstance(e, _REFUSALS):
+                raise RecordRefused(f"{self.safe_url}: the database refused a ledger record: {e}") from e
             raise StoreUnavailable(f"{self.safe_url}: {e}") from e
 
     def close(self) -> None:
         with contextlib.suppress(psycopg.Error):  # a broken connection has nothing left to save
             self.con.close()
+
+
+# What a record's content can make PostgreSQL (or the COPY that sends it) refuse: a value
+# out of range, a constraint, a string it cannot encode; the rest is the server's trouble.
+_REFUSALS = (psycopg.DataError, psycopg.IntegrityError, psycopg.errors.ProgramLimitExceeded,
+             OverflowError, TypeError, ValueError)
 
 
 def redact(url: str) -> str:

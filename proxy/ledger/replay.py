@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 
+from proxy.ledger.deadletter import DeadLetters, store_chunks
 from proxy.ledger.journal import SUFFIX, ReadStats, read_segment
 from proxy.ledger.store import Writer
 from proxy.record import Record
@@ -26,8 +27,9 @@ class ReplayStats:
     busy: int = 0  # segments a live writer still holds
 
 
-def replay(directory: Path, writer: Writer, batch_size: int) -> ReplayStats:
-    """Import segments in creation order; ids already in the database are ignored."""
+def replay(directory: Path, writer: Writer, batch_size: int, dead: DeadLetters) -> ReplayStats:
+    """Import segments in creation order; ids already in the database are ignored, records it
+    refuses are set aside, so no record can make a start fail."""
     stats = ReplayStats()
     for path in _segments(directory):
         try:
@@ -43,8 +45,7 @@ def replay(directory: Path, writer: Writer, batch_size: int) -> ReplayStats:
             if not _still_there(path, fd):
                 continue
             read = ReadStats()
-            for batch in batches(read_segment(fd, read), batch_size):
-                stats.inserted += writer.insert_many(batch)
+            stats.inserted += store_chunks(writer, batches(read_segment(fd, read), batch_size), dead)
             stats.records += read.records
             stats.skipped_lines += read.skipped_lines
             if read.skipped_lines:

@@ -1,15 +1,24 @@
-"""The SQLite ledger: WAL, one writer connection per importer thread, readers on their own."""
+"""The SQLite ledger: WAL, one writer connection per importer thread, readers on their own.
+
+The file a store first opens is the ledger for the life of the store: writers reopen it
+only by that path and only while the path still names that file (device and inode), so
+a ledger removed or replaced under a running llmmeter stops the writes (LedgerReplaced)
+and the records wait in the journal, instead of going into a deleted file or a stranger.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import sqlite3
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
+from proxy.errors import LLMMeterError
 from proxy.ledger import migrations
 from proxy.ledger.percentiles import input_side_percentiles
 from proxy.ledger.store import (
@@ -19,26 +28,46 @@ from proxy.ledger.store import (
     HOURLY_SQL,
     METERED_SQL,
     ROLLUP_SQL,
+    TENANT_COST_SQL,
+    LedgerMissing,
+    LedgerOutdated,
+    LedgerReplaced,
     LedgerTooNew,
+    RecordRefused,
     StoreUnavailable,
     from_micros,
     from_row,
+    money_rows,
+    tenant_costs,
     to_micros,
     to_row,
     whole_hours,
 )
 from proxy.record import Record
 
+# The ledger holds end_user: created owner read-write and group read-only (and, as ever,
+# narrowed by the umask). SQLite gives its -wal and -shm files the database file's mode.
+FILE_MODE = 0o640
+DIR_MODE = 0o750
 _ROW = f"({', '.join('?' * len(COLUMNS))})"
 # Batches go in as multi-row INSERTs of power-of-two sizes (a handful of cached statements).
 # sqlite3 releases the GIL around each statement step, and a busy event loop keeps the
 # importer waiting up to a switch interval to get it back: per-row steps starved it.
-_CHUNKS = (256, 128, 64, 32, 16, 8, 4, 2, 1)  # 256 rows x 29 columns stays under SQLite's 32766 variables
+_CHUNKS = (256, 128, 64, 32, 16, 8, 4, 2, 1)  # 256 rows x 30 columns stays under SQLite's 32766 variables
 _SELECT = f"SELECT {', '.join(COLUMNS)} FROM requests"
 _FETCH = 1024
 _DENSE = 4  # read a rowid run when at most this many rowids per row in range
-# Migration 004: the batch's new rows are added to 002's rollup and 003's histogram here.
-_ADD_TO_ROLLUP = "INSERT INTO hourly_rollup " + HOURLY_SQL.format(where="rowid > ?") + """
+_UNITS = 10**10
+# Migration 004: the batch's new rows are added to 002's rollup and 003's histogram here;
+# 005: money in whole dollars and the units below one, so no addition can overflow.
+_ADD_TO_ROLLUP = f"""
+INSERT INTO hourly_rollup (hour, model, unpriced_model, tier, upstream, tenant, tag, workload, metered, requests,
+                           input_tokens, cache_read_tokens, cache_write_tokens, output_tokens, reasoning_tokens,
+                           estimated, unpriced, cost_usd, cost_units)
+SELECT hour, model, unpriced_model, tier, upstream, tenant, tag, workload, metered, requests,
+       input_tokens, cache_read_tokens, cache_write_tokens, output_tokens, reasoning_tokens, estimated, unpriced,
+       cost_usd + cost_rest / {_UNITS}, cost_rest % {_UNITS}
+FROM ({HOURLY_SQL.format(where="rowid > ?")}) AS batch WHERE true
 ON CONFLICT (hour, model, unpriced_model, tier, upstream, tenant, tag, workload, metered) DO UPDATE SET
     requests = requests + excluded.requests,
     input_tokens = input_tokens + excluded.input_tokens,
@@ -48,38 +77,78 @@ ON CONFLICT (hour, model, unpriced_model, tier, upstream, tenant, tag, workload,
     reasoning_tokens = reasoning_tokens + excluded.reasoning_tokens,
     estimated = estimated + excluded.estimated,
     unpriced = unpriced + excluded.unpriced,
-    cost_units = cost_units + excluded.cost_units"""
+    cost_usd = cost_usd + excluded.cost_usd + (cost_units + excluded.cost_units) / {_UNITS},
+    cost_units = (cost_units + excluded.cost_units) % {_UNITS}"""
 _ADD_TO_HISTOGRAM = f"""
 INSERT INTO input_side_histogram
 SELECT start / {HOUR_US}, tenant, ({BUCKET_OF}), COUNT(*) FROM requests
 WHERE rowid > ? AND endpoint IN ({METERED_SQL})
 GROUP BY 1, 2, 3
 ON CONFLICT (hour, tenant, bucket) DO UPDATE SET requests = requests + excluded.requests"""
+# What a record's content can make SQLite refuse; anything else is the database's trouble.
+_REFUSALS = ("SQLITE_CONSTRAINT", "SQLITE_MISMATCH", "SQLITE_TOOBIG", "SQLITE_RANGE")
+
+FileId = tuple[int, int]  # (st_dev, st_ino)
 
 
 class SqliteStore:
-    def __init__(self, path: Path, busy_timeout_s: float = 5.0) -> None:
+    def __init__(self, path: Path, busy_timeout_s: float = 5.0, *, read_only: bool = False,
+                 url: str | None = None) -> None:
         self.path = path
         self.busy_timeout_s = busy_timeout_s
-
-    def _connect(self, readonly: bool = False) -> sqlite3.Connection:
-        try:
-            if not readonly:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-            # isolation_level=None: transactions are spelled out, never begun implicitly.
-            con = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None)
-            con.execute("PRAGMA synchronous=NORMAL")
-            if readonly:
-                con.execute("PRAGMA query_only=ON")
-            return con
-        except (sqlite3.Error, OSError) as e:
-            raise StoreUnavailable(f"{self.path}: {e}") from e
+        self.read_only = read_only
+        self.url = url or str(path)
+        self._identity: FileId | None = None  # the file this store opened first: the only one it writes
+        self._immutable = False  # a snapshot in a directory nobody can write: read without locks
 
     def default_journal_dir(self) -> Path:
         return self.path.parent / "journal"
 
+    # --- connections ----------------------------------------------------------------------
+    def _connect(self, mode: str) -> sqlite3.Connection:
+        """`rwc` may create the file (the first open), `rw` needs it, `ro` only reads it."""
+        try:
+            if mode == "rwc":
+                _create_private(self.path)
+            uri = f"file:{quote(str(self.path.absolute()))}?mode={'ro' if mode == 'ro' else 'rw'}"
+            if mode == "ro" and self._immutable:
+                uri += "&immutable=1"
+            # isolation_level=None: transactions are spelled out, never begun implicitly.
+            con = sqlite3.connect(uri, timeout=self.busy_timeout_s, isolation_level=None, uri=True)
+            con.execute("PRAGMA synchronous=NORMAL")
+            return con
+        except (sqlite3.Error, OSError) as e:
+            raise StoreUnavailable(f"{self.path}: {e}") from e
+
+    def _reader(self) -> sqlite3.Connection:
+        # Never `rwc`: a read must not make an empty ledger where one went missing.
+        con = self._connect("ro" if self.read_only else "rw")
+        con.execute("PRAGMA query_only=ON")
+        return con
+
+    def _open_writable(self) -> tuple[sqlite3.Connection, FileId]:
+        """A read-write connection to the store's own file, which it is still at the path."""
+        if self.read_only:
+            raise StoreUnavailable(f"{self.url}: opened read-only")
+        first = self._identity is None
+        before = _file_id(self.path)
+        if not first and before != self._identity:
+            raise _replaced(self.path, before)
+        con = self._connect("rwc" if first else "rw")
+        after = _file_id(self.path)
+        if after is None or (before is not None and after != before) or (not first and after != self._identity):
+            con.close()  # the path changed while it was opened: which file the connection has is unknown
+            raise _replaced(self.path, after)
+        if first:
+            self._identity = after
+        return con, after
+
+    # --- schema ---------------------------------------------------------------------------
     def migrate(self) -> int:
-        con = self._connect()
+        if self.read_only:
+            self._check_schema()
+            return 0
+        con, _ = self._open_writable()
         try:
             con.execute("PRAGMA journal_mode=WAL")
             # IMMEDIATE takes the write lock first, so two workers starting together apply each migration once.
@@ -108,12 +177,32 @@ class SqliteStore:
         finally:
             con.close()
 
-    def writer(self) -> SqliteWriter:
-        return SqliteWriter(self._connect(), self.path)
+    def _check_schema(self) -> None:
+        """A read-only store's migrate(): the file exists and has exactly the known migrations."""
+        if not self.path.is_file():
+            raise LedgerMissing(f"{self.url}: no ledger at {self.path} (a read-only command never creates one)")
+        wal = self.path.with_name(self.path.name + "-wal")
+        if not os.access(self.path.parent, os.W_OK) and not wal.exists():
+            # No WAL and nobody may write beside the file: a snapshot, read without the -shm it cannot have.
+            self._immutable = True
+        try:
+            applied = {int(v) for (v,) in self._read("SELECT version FROM schema_migrations", ())}
+        except StoreUnavailable as e:
+            raise StoreUnavailable(f"{self.url}: not a readable llmmeter ledger: {e.__cause__ or e}") from e
+        shipped = migrations.load()
+        if newer := migrations.unknown(applied, shipped):
+            raise LedgerTooNew(self.url, newer)
+        if missing := [m.version for m in shipped if m.version not in applied]:
+            raise LedgerOutdated(self.url, missing)
 
+    def writer(self) -> SqliteWriter:
+        con, identity = self._open_writable()
+        return SqliteWriter(con, self.path, identity)
+
+    # --- reads ----------------------------------------------------------------------------
     def query(self, start_from: datetime, start_to: datetime, tenant: str | None) -> Iterator[Record]:
         where, params = _range(start_from, start_to, tenant)
-        con = self._connect(readonly=True)
+        con = self._reader()
         try:
             cur = con.execute(f"{_SELECT} WHERE {where} ORDER BY start, id", params)
             while batch := cur.fetchmany(_FETCH):
@@ -130,10 +219,15 @@ class SqliteStore:
         return int(n)
 
     def cost_by_tenant(self, start_from: datetime, start_to: datetime) -> dict[str, int]:
-        where, params = self._scan(start_from, start_to, None)
-        rows = self._read(f"SELECT tenant, SUM(cost_units) FROM requests WHERE {where} "
-                          "AND cost_units IS NOT NULL GROUP BY tenant", params)
-        return {tenant: int(units) for tenant, units in rows}
+        """From the rollup for the range's whole UTC hours, from the requests for the rest;
+        added up in Python, so no SQL sum spans more than an hour. Tenants that spent nothing are left out."""
+        lo, hi = to_micros(start_from), to_micros(start_to)
+        first, last = whole_hours(lo, hi)
+        costs = tenant_costs(self._read(TENANT_COST_SQL.format(where="hour >= ? AND hour < ?"),
+                                        (first // HOUR_US, last // HOUR_US)))
+        for row in self._summed(lo, first, None) + self._summed(last, hi, None):
+            costs[row[5]] = costs.get(row[5], 0) + row[17]
+        return {tenant: units for tenant, units in costs.items() if units}
 
     def hourly(self, start_from: datetime, start_to: datetime, tenant: str | None) -> list[tuple[Any, ...]]:
         """Sums per UTC hour and attribution key: the whole UTC hours of the range from the
@@ -142,8 +236,8 @@ class SqliteStore:
         lo, hi = to_micros(start_from), to_micros(start_to)
         first, last = whole_hours(lo, hi)
         where = "hour >= ? AND hour < ?" + (" AND tenant = ?" if tenant is not None else "")
-        rows = self._read(ROLLUP_SQL.format(where=where),
-                          (first // HOUR_US, last // HOUR_US, *((tenant,) if tenant is not None else ())))
+        rows = money_rows(self._read(ROLLUP_SQL.format(where=where),
+                                     (first // HOUR_US, last // HOUR_US, *((tenant,) if tenant is not None else ()))))
         return self._summed(lo, first, tenant) + rows + self._summed(last, hi, tenant)
 
     def _summed(self, lo: int, hi: int, tenant: str | None) -> list[tuple[Any, ...]]:
@@ -151,7 +245,7 @@ class SqliteStore:
         if lo >= hi:
             return []
         where, params = self._scan(from_micros(lo), from_micros(hi), tenant)
-        return self._read(HOURLY_SQL.format(where=where), params)
+        return money_rows(self._read(HOURLY_SQL.format(where=where), params))
 
     def input_side_percentiles(self, start_from: datetime, start_to: datetime, tenant: str | None,
                                percents: Sequence[int]) -> dict[str, list[int]]:
@@ -182,7 +276,7 @@ class SqliteStore:
 
     def _read(self, sql: str, params: tuple[object, ...]) -> list[tuple[Any, ...]]:
         """One read on its own connection; every failure surfaces as StoreUnavailable."""
-        con = self._connect(readonly=True)
+        con = self._reader()
         try:
             return con.execute(sql, params).fetchall()
         except sqlite3.Error as e:
@@ -192,37 +286,94 @@ class SqliteStore:
 
 
 class SqliteWriter:
-    """The importer thread's connection; every failure surfaces as StoreUnavailable."""
+    """The importer thread's connection. A failure of the database or its file surfaces as
+    StoreUnavailable (LedgerReplaced when the file is no longer this one), a record the
+    database refuses as RecordRefused; either way no transaction is left open."""
 
-    def __init__(self, con: sqlite3.Connection, path: Path) -> None:
+    def __init__(self, con: sqlite3.Connection, path: Path, identity: FileId) -> None:
         self.con, self.path = con, path
+        self._wal_path = path.with_name(path.name + "-wal")
+        self._files: list[tuple[Path, FileId]] = [(path, identity)]  # and its WAL, once written
 
     def insert_many(self, records: Sequence[Record]) -> int:
-        rows = [to_row(r) for r in records]
+        rows = [to_row(r) for r in records]  # RecordRefused before any transaction begins
+        con = self.con
         try:
-            self.con.execute("BEGIN IMMEDIATE")
+            con.execute("BEGIN IMMEDIATE")
+            self._still_ours()
             # New rows get rowids above the largest so far; duplicates skipped get none.
-            [(before,)] = self.con.execute("SELECT COALESCE(MAX(rowid), 0) FROM requests").fetchall()
+            [(before,)] = con.execute("SELECT COALESCE(MAX(rowid), 0) FROM requests").fetchall()
             added, at = 0, 0
             for size in _CHUNKS:
                 while len(rows) - at >= size:
                     params = [v for row in rows[at:at + size] for v in row]
-                    added += self.con.execute(_insert(size), params).rowcount
+                    added += con.execute(_insert(size), params).rowcount
                     at += size
             if added:
-                self.con.execute(_ADD_TO_ROLLUP, (before,))
-                self.con.execute(_ADD_TO_HISTOGRAM, (before,))
-            self.con.execute("COMMIT")
-            return added
+                con.execute(_ADD_TO_ROLLUP, (before,))
+                con.execute(_ADD_TO_HISTOGRAM, (before,))
+            con.execute("COMMIT")
+        except Exception as e:
+            self._roll_back(e)
+            if isinstance(e, LLMMeterError):
+                raise
+            raise _classify(e, self.path) from e
+        if len(self._files) == 1 and (wal := _file_id(self._wal_path)) is not None:
+            self._files.append((self._wal_path, wal))
+        # A file removed or replaced before COMMIT may hold this batch: the caller keeps it for the real one.
+        self._still_ours()
+        return added
+
+    def _still_ours(self) -> None:
+        for path, identity in self._files:
+            now = _file_id(path)
+            if now != identity:
+                raise _replaced(path, now)
+
+    def _roll_back(self, cause: Exception) -> None:
+        try:
+            if self.con.in_transaction:
+                self.con.execute("ROLLBACK")
         except sqlite3.Error as e:
-            with contextlib.suppress(sqlite3.Error):  # the caller drops this connection anyway
-                if self.con.in_transaction:
-                    self.con.execute("ROLLBACK")
-            raise StoreUnavailable(f"{self.path}: {e}") from e
+            raise StoreUnavailable(f"{self.path}: cannot roll back after {cause}: {e}") from e
 
     def close(self) -> None:
         with contextlib.suppress(sqlite3.Error):  # a broken connection has nothing left to save
             self.con.close()
+
+
+def _classify(e: Exception, path: Path) -> LLMMeterError:
+    """RecordRefused for what a record's values cause, StoreUnavailable for everything else."""
+    if isinstance(e, (OverflowError, TypeError, ValueError)):  # a value SQLite cannot bind (int beyond 64 bits)
+        return RecordRefused(f"{path}: {e}")
+    if isinstance(e, sqlite3.Error):
+        name = getattr(e, "sqlite_errorname", "") or ""
+        if (isinstance(e, (sqlite3.IntegrityError, sqlite3.DataError)) or name.startswith(_REFUSALS)
+                or str(e) == "integer overflow" or (isinstance(e, sqlite3.ProgrammingError) and "binding" in str(e))):
+            return RecordRefused(f"{path}: {e}")
+    return StoreUnavailable(f"{path}: {e}")
+
+
+def _file_id(path: Path) -> FileId | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _replaced(path: Path, now: FileId | None) -> LedgerReplaced:
+    what = "was removed" if now is None else "was replaced by another file"
+    return LedgerReplaced(f"ledger file {path} {what} after this process opened it: nothing is written until "
+                          "the same file is back at that path (or llmmeter restarts with the new one); "
+                          "records wait in the journal")
+
+
+def _create_private(path: Path) -> None:
+    """Create the ledger file with FILE_MODE before SQLite does (it would use 0644)."""
+    path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):  # another worker made it first
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE))
 
 
 @functools.cache

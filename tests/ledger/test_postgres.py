@@ -20,7 +20,7 @@ import pytest
 from proxy.ledger import Ledger
 from proxy.ledger.migrations import load
 from proxy.ledger.postgres import PostgresStore
-from proxy.ledger.store import COLUMNS, HOURLY_SQL, StoreUnavailable, open_store, to_micros
+from proxy.ledger.store import COLUMNS, HOURLY_SQL, StoreUnavailable, money_rows, open_store, to_micros
 from proxy.record import Record
 from tests.ledger.helpers import EVER, T0, full_record, wait_until
 from tests.pg import MISSING, new_cluster, usable
@@ -50,7 +50,7 @@ def test_schema_matches_the_record_and_sqlite(pg_url: str, tmp_path: Path) -> No
     ledger.close()
     cols = [c for (c,) in rows(pg_url, "SELECT column_name FROM information_schema.columns "
                                        "WHERE table_name = 'requests' ORDER BY ordinal_position")]
-    assert cols == list(COLUMNS) == [f.name for f in fields(Record)]
+    assert cols == list(COLUMNS) == [*(f.name for f in fields(Record)), "cost_carry"]  # 005: the cost's carry
     versions = rows(pg_url, "SELECT version, name FROM schema_migrations ORDER BY version")
     assert versions == [(m.version, m.name) for m in load("sqlite")]
     indexes = {i for (i,) in rows(pg_url, "SELECT indexname FROM pg_indexes WHERE tablename = 'requests'")}
@@ -124,8 +124,7 @@ def test_same_answers_as_sqlite(pg_url: str, tmp_path: Path, ledgers: list[Ledge
     # The half-hour range is summed from the requests (HOURLY_SQL); the whole month from the rollup.
     where = "start >= %s AND start < %s"
     scanned = rows(pg_url, HOURLY_SQL.format(where=where), (to_micros(whole[0]), to_micros(whole[1])))
-    assert sorted(tuple(int(v) if not isinstance(v, str) else v for v in r) for r in scanned) == sorted(
-        pg.store.hourly(*whole, None))
+    assert sorted(money_rows(scanned)) == sorted(pg.store.hourly(*whole, None))
     # Exact nearest rank, computed here.
     sizes = sorted(r.input_side_tokens for r in records
                    if r.tenant == "b" and r.endpoint in ("chat", "messages"))

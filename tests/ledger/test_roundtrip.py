@@ -12,7 +12,7 @@ import pytest
 
 from proxy.ledger import Ledger
 from proxy.ledger.sqlite import SqliteStore
-from proxy.ledger.store import COLUMNS, HOURLY_SQL, sqlite_path, to_micros, to_row
+from proxy.ledger.store import COLUMNS, HOURLY_SQL, money_rows, sqlite_path, to_micros, to_row
 from proxy.record import Record
 from tests.ledger.helpers import EVER, T0, full_record
 
@@ -59,14 +59,14 @@ def test_table_has_one_column_per_record_field(tmp_path: Path, db_url: str, ledg
         indexes = {row[1] for row in con.execute("PRAGMA index_list(requests)")}
     finally:
         con.close()
-    assert cols == list(COLUMNS) == [f.name for f in fields(Record)]
-    assert versions == [1, 2, 3, 4] and mode == "wal"
+    assert cols == list(COLUMNS) == [*(f.name for f in fields(Record)), "cost_carry"]  # 005: the cost's carry
+    assert versions == [1, 2, 3, 4, 5] and mode == "wal"
     assert {"requests_start", "requests_tenant_start"} <= indexes
 
 
 def test_migrations_run_once(db_url: str) -> None:
     first = Ledger(db_url)
-    assert first.store.migrate() == 4
+    assert first.store.migrate() == 5
     assert Ledger(db_url).store.migrate() == 0
 
 
@@ -210,7 +210,7 @@ def scan(store: SqliteStore, lo: datetime, hi: datetime, tenant: str | None) -> 
     try:
         where = "start >= ? AND start < ?" + (" AND tenant = ?" if tenant else "")
         params = (to_micros(lo), to_micros(hi), *((tenant,) if tenant else ()))
-        return con.execute(HOURLY_SQL.format(where=where), params).fetchall()
+        return money_rows(con.execute(HOURLY_SQL.format(where=where), params).fetchall())
     finally:
         con.close()
 
@@ -290,11 +290,12 @@ def test_a_ledger_from_before_migration_004_keeps_exact_rollups_across_the_upgra
         con.executescript(m.sql)
         con.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", (m.version, m.name))
     old = [full_record(i, start=T0 + timedelta(minutes=13 * i), tenant=("a", "b")[i % 2]) for i in range(40)]
-    con.executemany(f"INSERT INTO requests ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
-                    [to_row(r) for r in old])  # as the old writer did: the triggers count them
+    before_005 = COLUMNS[:-1]  # no cost_carry yet
+    con.executemany(f"INSERT INTO requests ({', '.join(before_005)}) VALUES ({', '.join('?' * len(before_005))})",
+                    [to_row(r)[:-1] for r in old])  # as the old writer did: the triggers count them
     con.close()
     store = SqliteStore(path)
-    assert store.migrate() == 1
+    assert store.migrate() == 2
     writer = store.writer()
     new = [full_record(i, start=T0 + timedelta(minutes=13 * i), tenant=("a", "c")[i % 2],
                        endpoint=("chat", "models")[i % 5 == 0]) for i in range(40, 90)]
