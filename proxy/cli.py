@@ -11,12 +11,16 @@ import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pricing import PriceBook, PriceTableError, check_dir, default_tables_dir, load_dir
 from proxy import settings as config
-from proxy.errors import ConfigError, LLMMeterError
+from proxy.errors import ConfigError, LLMMeterError, OutputError
+
+if TYPE_CHECKING:
+    from proxy.export import Output
+    from proxy.ledger import Ledger
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -28,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.run(args)
         return code
-    except (ConfigError, PriceTableError, ValueError) as e:
+    except (ConfigError, PriceTableError, OutputError, ValueError) as e:  # what the user gave is wrong
         print(f"llmmeter: {e}", file=sys.stderr)
         return 2
     except LLMMeterError as e:  # a ledger that cannot be opened or is too new for this build
@@ -107,8 +111,6 @@ def _serve(args: argparse.Namespace) -> int:
     if not s.upstreams:
         raise ConfigError("no upstream: pass --upstream URL, set LLMMETER_UPSTREAM, or add "
                           "[[upstream]] to llmmeter.toml")
-    if s.workers < 1:
-        raise ConfigError("--workers must be at least 1")
     s = config.resolve_api_keys(s)
     # No X-Forwarded-* rewriting (nothing reads the client address), no per-request middleware.
     options: dict[str, Any] = dict(host=s.host, port=s.port, loop="uvloop", http=RelayProtocol, lifespan="on",
@@ -140,13 +142,14 @@ def _export(args: argparse.Namespace) -> int:
         raise ValueError("--to must be after --from (it is exclusive)")
     s = _settings(args, db=args.db)
     ledger = Ledger(s.ledger_url, s.journal_dir, s.fsync)
+    output = _output(args.out, ledger)
     ledger.start()
     try:
         rows = ledger.rows(start, end, args.tenant)
-        if args.out is None:
+        if output is None:
             write_export(rows, args.format, sys.stdout)
             return 0
-        with args.out.open("w", encoding="utf-8", newline="") as out:
+        with output.open() as out:
             progress = _Progress(ledger.count(start, end, args.tenant), sys.stderr)
             n = write_export(rows, args.format, out, progress=progress if progress.active else None)
             progress.done(n)
@@ -161,6 +164,7 @@ def _report(args: argparse.Namespace) -> int:
     from proxy.report import ReportInput, build_report, render
 
     tz = _zone(args.tz)
+    _check_month(args.month)
     s = _settings(args, db=args.db, prices=args.prices)
     book = PriceBook(load_dir(s.prices_dir or default_tables_dir()), dict(s.tier_aliases))
     w = s.workloads
@@ -170,16 +174,40 @@ def _report(args: argparse.Namespace) -> int:
                       tenant=args.tenant,
                       reprice_at=parse_when(args.reprice_at, tz) if args.reprice_at else None)
     ledger = Ledger(s.ledger_url, s.journal_dir, s.fsync)
+    output = _output(args.out, ledger)
     ledger.start()  # journaled records not yet imported belong in the report too
     try:
         text = render(build_report(ledger.store, inp), args.format)
     finally:
         ledger.close()
-    if args.out is None:
+    if output is None:
         sys.stdout.write(text)
     else:
-        args.out.write_text(text, encoding="utf-8")
+        with output.open() as out:
+            out.write(text)
     return 0
+
+
+def _output(out: Path | None, ledger: Ledger) -> Output | None:
+    """`--out`, checked before the ledger is opened: never the ledger's own files or journal."""
+    from proxy.export import check_output
+    from proxy.ledger.sqlite import SqliteStore
+
+    if out is None:
+        return None
+    files: list[Path] = []
+    if isinstance(ledger.store, SqliteStore):
+        db = ledger.store.path
+        files = [db, *(db.with_name(db.name + suffix) for suffix in ("-wal", "-shm", "-journal"))]
+    return check_output(out, files, ledger.journal_dir)
+
+
+def _check_month(month: str) -> None:
+    from proxy.export import check_year
+
+    year = month.strip().partition("-")[0]
+    if year.isdigit():  # the format itself is month_range's to check
+        check_year(int(year), f"--month {month!r}")
 
 
 class _Progress:
@@ -238,6 +266,10 @@ def _prices_show(args: argparse.Namespace) -> int:
 
 
 def _keys_new(args: argparse.Namespace) -> int:
+    # The rule `serve` applies; a name that passes it needs no escaping inside TOML quotes.
+    problem = config.tenant_name_problem(args.tenant)
+    if problem:
+        raise ConfigError(problem)
     key = "llmm-" + secrets.token_urlsafe(32)
     digest = hashlib.sha256(key.encode()).hexdigest()
     print(f"proxy key for {args.tenant} (shown once; give it to the team, store it nowhere else):")

@@ -2,26 +2,36 @@
 
 Values are written exactly: money as a decimal string from integer units, times in
 RFC 3339 UTC. Rows are streamed, so an export of any size runs in constant memory.
+`Output` is where `export --out` and `report --out` write: never the ledger, and all or nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import os
 import re
-from collections.abc import Callable, Iterable
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, date, datetime
+from pathlib import Path
 from typing import Literal, TextIO
 from zoneinfo import ZoneInfo
 
 import orjson
 
 from pricing import format_usd
+from proxy.errors import OutputError
 from proxy.record import EXPORT_COLUMNS, Record
 
 _PROGRESS_EVERY = 1000
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})?$")
 _WHEN_HELP = "use YYYY-MM-DD or an RFC 3339 time such as 2026-11-01T00:00:00Z"
+# Years a command-line time may name: far enough from datetime's own limits (1 and 9999)
+# that no zone offset, next day or next month overflows.
+FIRST_YEAR, LAST_YEAR = 1900, 9998
 
 
 def write_export(rows: Iterable[Record], fmt: Literal["csv", "jsonl"], out: TextIO,
@@ -88,6 +98,7 @@ def parse_when(s: str, tz: ZoneInfo) -> datetime:
             d = date.fromisoformat(text)
         except ValueError as e:
             raise ValueError(f"invalid date {s!r}: {e}") from None
+        check_year(d.year, repr(s))
         return datetime(d.year, d.month, d.day, tzinfo=tz)
     if not _DATETIME.match(text):
         raise ValueError(f"invalid time {s!r}: {_WHEN_HELP}")
@@ -95,7 +106,13 @@ def parse_when(s: str, tz: ZoneInfo) -> datetime:
         t = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError as e:
         raise ValueError(f"invalid time {s!r}: {e}") from None
+    check_year(t.year, repr(s))
     return t if t.tzinfo is not None else t.replace(tzinfo=tz)
+
+
+def check_year(year: int, what: str) -> None:
+    if not FIRST_YEAR <= year <= LAST_YEAR:
+        raise ValueError(f"{what} is out of range: use a year from {FIRST_YEAR} to {LAST_YEAR}")
 
 
 def _csv_text(v: str | int | bool) -> str | int:
@@ -106,3 +123,83 @@ def _csv_text(v: str | int | bool) -> str | int:
 
 def _utc(t: datetime) -> datetime:
     return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """A checked `--out`: written through a temporary file in the same directory, created
+    0600 (reports and exports name tenants and end users), renamed into place when whole."""
+
+    path: Path  # resolved: a symlinked --out updates its target
+    shown: str  # as given, for messages
+
+    @contextlib.contextmanager
+    def open(self) -> Iterator[TextIO]:
+        if self.path.exists() and not self.path.is_file():  # /dev/stdout, a FIFO: nothing to clobber
+            with self._failing(), self.path.open("w", encoding="utf-8", newline="") as f:
+                yield f
+            return
+        with self._failing():
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
+        try:
+            with self._failing():
+                with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+                    yield f
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    @contextlib.contextmanager
+    def _failing(self) -> Iterator[None]:
+        try:
+            yield
+        except OSError as e:
+            raise OutputError(f"--out {self.shown}: cannot write: {e.strerror or e}; "
+                              f"{self.shown} is left as it was") from None
+
+
+def check_output(out: Path, ledger_files: Iterable[Path], journal_dir: Path) -> Output:
+    """Refuse an `--out` that is the ledger, one of its files (-wal, -shm) or anything in its
+    journal, by path and, for files that exist, by device and inode (hard links, bind mounts)."""
+    shown = str(out)
+    try:
+        target = out.resolve()
+    except (OSError, RuntimeError, ValueError) as e:  # a symlink loop, a NUL byte
+        raise OutputError(f"--out {shown}: not a usable path: {e}") from None
+    if target.is_dir():
+        raise OutputError(f"--out {shown}: is a directory; name a file to write")
+    if not target.parent.is_dir():
+        raise OutputError(f"--out {shown}: the directory {target.parent} does not exist")
+    mine = _identity(target)
+    for f in ledger_files:
+        if target == f.resolve() or (mine is not None and mine == _identity(f)):
+            raise OutputError(f"--out {shown}: that is the ledger ({f}); writing there would destroy it")
+    journal = journal_dir.resolve()
+    journal_id = _identity(journal)
+    inside = target.is_relative_to(journal) or (journal_id is not None and _identity(target.parent) == journal_id)
+    if inside or (mine is not None and mine in _identities(journal)):
+        raise OutputError(f"--out {shown}: that is inside the ledger's journal ({journal_dir}); "
+                          "writing there would destroy records")
+    return Output(target, shown)
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except (OSError, ValueError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _identities(directory: Path) -> set[tuple[int, int]]:
+    found: set[tuple[int, int]] = set()
+    with contextlib.suppress(OSError), os.scandir(directory) as entries:
+        for entry in entries:
+            with contextlib.suppress(OSError):  # a segment sealed and removed meanwhile
+                st = entry.stat()
+                found.add((st.st_dev, st.st_ino))
+    return found

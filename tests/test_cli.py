@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
+import pytest
+
+from proxy.settings import load
 from tests.pricing.test_loader import GOOD
 
 
@@ -70,3 +75,58 @@ def test_serve_refuses_an_unknown_config_key(tmp_path: Path) -> None:
     (tmp_path / "llmmeter.toml").write_text("[server]\nprot = 8080\n")
     r = run("serve", "--upstream", "http://127.0.0.1:9/v1", cwd=tmp_path)
     assert r.returncode == 2 and "llmmeter.toml:2" in r.stderr and "prot" in r.stderr
+
+
+@pytest.mark.parametrize("name", ['x"; evil = "1', "a\nb", "all", "other", "unauthenticated", "_x", ".x", "a b", "tëam",
+                                  "x" * 65])
+def test_keys_new_refuses_names_serve_would_refuse(name: str) -> None:
+    r = run("keys", "new", name)
+    assert r.returncode == 2 and r.stdout == "" and "tenant name" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_keys_new_prints_toml_that_serve_loads(tmp_path: Path) -> None:
+    r = run("keys", "new", "search.team-2")
+    snippet = r.stdout.split("add to llmmeter.toml:\n", 1)[1]
+    assert tomllib.loads(snippet) == {"tenant": [{"name": "search.team-2",
+                                                  "key_sha256": [hashlib.sha256(r.stdout.splitlines()[1].encode())
+                                                                 .hexdigest()]}]}
+    (tmp_path / "llmmeter.toml").write_text(snippet)
+    assert [t.name for t in load(tmp_path / "llmmeter.toml", env={}).tenants] == ["search.team-2"]
+
+
+@pytest.mark.parametrize(("args", "env", "words"), [
+    (("--port", "99999"), {}, "flag --port: port must be a whole number from 1 to 65535, got 99999"),
+    (("--port", "0"), {}, "flag --port: port must be a whole number from 1 to 65535"),
+    (("--workers", "1000"), {}, "flag --workers: workers must be a whole number from 1 to 256"),
+    ((), {"LLMMETER_WORKERS": "0"}, "variable LLMMETER_WORKERS: workers must be a whole number from 1 to 256"),
+    ((), {"LLMMETER_PORT": "eighty"}, "variable LLMMETER_PORT: port must be a whole number"),
+    ((), {"LLMMETER_METRICS_TOKEN": "t\u00f6ken"}, "variable LLMMETER_METRICS_TOKEN: metrics_token must be printable"),
+])
+def test_serve_refuses_bad_flags_and_variables_naming_them(tmp_path: Path, args: tuple[str, ...],
+                                                           env: dict[str, str], words: str) -> None:
+    r = subprocess.run([sys.executable, "-m", "proxy", "serve", "--upstream", "http://127.0.0.1:9/v1", *args],
+                       capture_output=True, text=True, timeout=60, cwd=tmp_path, env={**os.environ, **env})
+    assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize(("data", "words"), [
+    (b"[server]\n\xff\xfe = 1\n", "llmmeter.toml:2: not UTF-8 text"),
+    (b"a = " + b"[" * 1000 + b"]" * 1000 + b"\n", "llmmeter.toml: arrays or tables nested too deeply"),
+    (b'[server]\nread_timeout_s = nan\n', "llmmeter.toml:2: read_timeout_s must be a positive number"),
+    (b'[[tenant]]\nname = "all"\n', "llmmeter.toml:2: tenant name 'all' is reserved"),
+])
+def test_serve_refuses_hostile_config_naming_the_file(tmp_path: Path, data: bytes, words: str) -> None:
+    (tmp_path / "llmmeter.toml").write_bytes(data)
+    r = run("serve", "--upstream", "http://127.0.0.1:9/v1", cwd=tmp_path)
+    assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("text", ["price = [1,2]\n", "a = " + "[" * 1000 + "]" * 1000 + "\n",
+                                  GOOD.replace("2026-10-23T00:00:00Z", "0001-01-01T00:00:00+01:00")])
+def test_prices_check_reports_hostile_tables_without_a_traceback(tmp_path: Path, text: str) -> None:
+    (tmp_path / "t.toml").write_text(text)
+    (tmp_path / "dir.toml").mkdir()
+    r = run("prices", "check", str(tmp_path))
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"{tmp_path / 't.toml'}" in r.stderr and f"{tmp_path / 'dir.toml'}: not a file" in r.stderr
