@@ -361,7 +361,7 @@ def _build(raw: dict[str, Any], src: _Source, origins: Mapping[tuple[str, str | 
         send_timeout_s=c.num("server", server, "send_timeout_s", 120.0),
         max_decompressed_mb=c.int_("server", server, "max_decompressed_mb", 64, lo=1, hi=4096),
         metrics_token=_metrics_token(c, server),
-        ledger_url=c.str_("ledger", ledger, "url", "sqlite:///data/llmmeter.db"),
+        ledger_url=_ledger_url(c, ledger),
         journal_dir=_opt_path(c.opt_str("ledger", ledger, "journal_dir")),
         fsync=c.bool_("ledger", ledger, "fsync", False),
         prices_dir=_opt_path(c.opt_str("pricing", pricing, "dir")),
@@ -531,6 +531,17 @@ def _tenants(c: _Checker, items: list[dict[str, Any]]) -> tuple[Tenant, ...]:
                        "a key must identify one tenant")
         out.append(Tenant(name, tuple(keys), c.money("tenant", t, "monthly_budget_usd", "0", i)))
     return tuple(out)
+
+
+def _ledger_url(c: _Checker, ledger: Mapping[str, Any]) -> str:
+    url = c.str_("ledger", ledger, "url", "sqlite:///data/llmmeter.db")
+    if "://" not in url and re.search(r"[A-Za-z_]\s*=", url):
+        # Taken as a SQLite file name, it would be created, and shown in messages, password and all.
+        c.fail("ledger", "url", 0, "url looks like a keyword/value connection string (host=... dbname=...): "
+               "write it as postgresql://user@host:port/dbname, the password in ~/.pgpass, a service "
+               "file or PGPASSWORD")
+        return "sqlite:///data/llmmeter.db"
+    return url
 
 
 def _metrics_token(c: _Checker, server: Mapping[str, Any]) -> str | None:

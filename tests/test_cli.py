@@ -130,3 +130,23 @@ def test_prices_check_reports_hostile_tables_without_a_traceback(tmp_path: Path,
     r = run("prices", "check", str(tmp_path))
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
     assert f"{tmp_path / 't.toml'}" in r.stderr and f"{tmp_path / 'dir.toml'}: not a file" in r.stderr
+
+
+def test_a_service_file_reaches_postgresql_with_nothing_secret_in_argv(tmp_path: Path, pg_url: str) -> None:
+    """README's PostgreSQL example: the command line names a service, the file holds the rest."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    from proxy.ledger import Ledger
+
+    ledger = Ledger(pg_url, journal_dir=tmp_path / "journal")
+    ledger.start()
+    ledger.close()
+    params = conninfo_to_dict(pg_url)
+    service = tmp_path / "pg_service.conf"
+    service.write_text("[llmmeter]\n" + "".join(f"{k}={params[k]}\n" for k in ("host", "port", "dbname", "user")))
+    service.chmod(0o600)
+    r = subprocess.run([sys.executable, "-m", "proxy", "export", "--from", "2026-11-01", "--to", "2026-12-01",
+                        "--db", "postgresql://?service=llmmeter"], capture_output=True, text=True, timeout=60,
+                       cwd=tmp_path, env={**os.environ, "PGSERVICEFILE": str(service)})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("id,")

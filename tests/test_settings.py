@@ -290,3 +290,12 @@ def test_tenant_name_rule_is_one() -> None:
     assert tenant_name_problem("search-team") is None
     for bad in ('x"; evil = "1', "x\n", "all", "", "-x", "a" * 65, "tëam"):
         assert tenant_name_problem(bad), bad
+
+
+def test_a_keyword_value_connection_string_is_refused_without_echoing_it() -> None:
+    dsn = "host=db.internal user=bob password=hunter2 dbname=ledger"
+    with pytest.raises(ConfigError) as e:
+        load(None, env={"LLMMETER_DB": dsn})
+    assert str(e.value).startswith("variable LLMMETER_DB: url looks like a keyword/value")
+    assert "hunter2" not in str(e.value)
+    assert load(None, env={}, overrides={"db": "data/ledger.db"}).ledger_url == "data/ledger.db"
