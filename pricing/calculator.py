@@ -47,11 +47,17 @@ class Cost:
                 "cache_write": self.cache_write, "output": self.output}
 
 
-@functools.lru_cache(maxsize=4096)  # a handful of prices, asked for on every request
 def unit_price(per_million: Decimal) -> int:
     """Units per token for a USD-per-million price; exact for ≤ 4 decimal places, ValueError
     for anything else (never a decimal signal: this runs while a response is relayed)."""
-    if not per_million.is_finite() or not 0 <= per_million <= MAX_PRICE_PER_MILLION:
+    if not per_million.is_finite():  # before the cache: a signalling NaN cannot even be hashed
+        raise ValueError(f"price {per_million} per million tokens is not a finite number")
+    return _unit_price(per_million)
+
+
+@functools.lru_cache(maxsize=4096)  # a handful of prices, asked for on every request
+def _unit_price(per_million: Decimal) -> int:
+    if not 0 <= per_million <= MAX_PRICE_PER_MILLION:
         raise ValueError(f"price {per_million} per million tokens is outside 0 to {MAX_PRICE_PER_MILLION}")
     if not per_million:
         return 0  # also 0E+999999: a zero with any exponent

@@ -2,6 +2,9 @@
 
 tomllib gives no line numbers for values, so entries are located by their `[[price]]`
 header lines in the text, and keys by their `key =` line inside that entry.
+
+A price is at most MAX_PRICE_PER_MILLION, $1,000,000 per million tokens (10,000 times the
+dearest real price): the ceiling the ledger's money columns are sized for (pricing/calculator.py).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from pricing.calculator import MAX_PRICE_PER_MILLION
 from pricing.model import TOKEN_TYPES, Price
 from proxy.errors import LLMMeterError
 
@@ -190,8 +194,12 @@ def _amount(v: object, key: str, where: str, errors: list[str]) -> Decimal:
         errors.append(f"{where}: {key} {v!r} is not a finite number")
     elif d < 0:
         errors.append(f"{where}: {key} {v!r} is negative")
+    elif d > MAX_PRICE_PER_MILLION:
+        errors.append(f"{where}: {key} {v!r} is above the ceiling of {MAX_PRICE_PER_MILLION:,} USD per million tokens")
     elif -d.as_tuple().exponent > MAX_DECIMALS:  # type: ignore[operator]
         errors.append(f"{where}: {key} {v!r} has more than {MAX_DECIMALS} decimal places")
+    elif d.as_tuple().exponent > 0:  # type: ignore[operator]
+        d = Decimal(int(d))  # "1E+3" or "0E+999999": the same price with an ordinary exponent
     return d
 
 

@@ -46,7 +46,7 @@ def build_parts(settings: Settings, registry: CollectorRegistry | None = None) -
     ledger = Ledger(settings.ledger_url, settings.journal_dir, settings.fsync)
     registry = registry or CollectorRegistry()
     metrics = Metrics(settings, book, registry, month_to_date=ledger.month_to_date_cost,
-                      pending=lambda: ledger.pending)
+                      pending=lambda: ledger.pending, ledger_counts=lambda: (ledger.rejected, ledger.lost))
     return Parts(settings, book, ledger, registry, metrics)
 
 
@@ -119,7 +119,10 @@ def _admin_app(parts: Parts) -> FastAPI:
             "ledger_writable": ledger.healthy and ledger.journal_ok,
             "price_tables_loaded": bool(parts.book.models),
             "pending_records": ledger.pending,
+            "rejected_records": ledger.rejected,  # set aside as dead letters: counted, never a reason to stop
         }
+        if (problem := ledger.problem) is not None:
+            checks["ledger_problem"] = problem  # why not writable: e.g. the ledger file was removed or replaced
         ready = checks["ledger_writable"] and checks["price_tables_loaded"]
         return JSONResponse({"ready": ready, **checks}, status_code=200 if ready else 503)
 

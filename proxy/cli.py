@@ -92,6 +92,13 @@ def _parser() -> argparse.ArgumentParser:
     new = ksub.add_parser("new", help="print a new random proxy key once, and its config line")
     new.add_argument("tenant")
     new.set_defaults(run=_keys_new)
+
+    ledger = sub.add_parser("ledger", help="ledger upkeep")
+    lsub = ledger.add_subparsers(metavar="ACTION")
+    retry = lsub.add_parser("retry", help="import the records the database refused (dead letters) again")
+    retry.add_argument("--db", help="ledger URL, e.g. sqlite:///data/llmmeter.db")
+    retry.add_argument("--config", type=Path)
+    retry.set_defaults(run=_ledger_retry)
     return p
 
 
@@ -263,6 +270,17 @@ def _prices_show(args: argparse.Namespace) -> int:
         print(f"{p.model:<28} {p.tier:<10} {p.upstream or '-':<12} {p.input:>9} {p.cache_read:>10} "
               f"{p.cache_write:>11} {p.output:>9}  {p.effective_from.isoformat()}")
     return 0
+
+
+def _ledger_retry(args: argparse.Namespace) -> int:
+    """Dead letters back into the ledger; exit 1 while some are still refused (kept for later)."""
+    from proxy.ledger import Ledger
+
+    s = _settings(args, db=args.db)
+    ledger = Ledger(s.ledger_url, s.journal_dir, s.fsync)
+    stats = ledger.retry_dead_letters()
+    print(f"{ledger.dead_letter_dir}: {stats.summary()}")
+    return 1 if stats.refused else 0
 
 
 def _keys_new(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ last byte leaves) and counts it in the metrics.
 
 from __future__ import annotations
 
+import logging
 import random
 import re
 import time
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
 
-from pricing import Cost, PriceBook
+from pricing import Cost, PriceBook, Resolution
 from pricing.calculator import cost_at
 from proxy.metrics import Metrics
 from proxy.record import Record
@@ -25,7 +26,11 @@ from proxy.tap import OUTPUT_UNREPORTED
 from proxy.tokens import Estimator
 from proxy.usage import Observed, Usage
 
+log = logging.getLogger("llmmeter.meter")
+
 METERED = frozenset({"chat", "completions", "embeddings", "responses", "messages"})
+PRICING_FAILED = "pricing_failed"  # the price could not be computed: recorded unpriced, relayed as ever
+_PRICING_LOG_EVERY = 1000  # a broken price fails every request that uses it: log the first, then every 1000th
 _TAG_UNSAFE = re.compile(r"[^A-Za-z0-9_.:/\-]")
 MAX_TAG = 64
 MAX_FIELD = 256
@@ -81,6 +86,7 @@ class Meter:
                  journal: Journal, metrics: Metrics) -> None:
         self.book, self.estimator, self.workloads = book, estimator, workloads
         self.journal, self.metrics = journal, metrics
+        self.pricing_failures = 0
 
     def needs_estimate(self, ex: Exchange, observed: Observed) -> bool:
         """Estimate only when tokens were surely spent and the upstream said nothing (or, for output,
@@ -122,12 +128,7 @@ class Meter:
         if usage is None and ex.endpoint in METERED:
             flags.append("no_usage")
         u = usage or Usage(0, 0, 0, 0, None)
-        canonical = self.book.canonical_model(observed.model, ex.model_requested)
-        tier = None
-        if ex.endpoint in METERED:
-            tier = self.book.resolve_tier(
-                observed.model or ex.model_requested,
-                (observed.speed, observed.service_tier, ex.tier_requested))
+        canonical, tier = self._model_and_tier(ex, observed, flags)
         rec = Record(
             id=ex.id, start=ex.start, tenant=ex.tenant, endpoint=ex.endpoint, stream=ex.stream,
             code=ex.code, outcome=ex.outcome, upstream=ex.upstream, end_user=ex.end_user,
@@ -144,16 +145,50 @@ class Meter:
         if ex.endpoint in METERED:
             rec.workload = self.workloads.classify(rec.input_side_tokens)
             if canonical is not None and tier is not None:
-                resolved = self.book.resolve_units(canonical, tier, ex.start, upstream=ex.upstream or None)
-                if resolved is not None:
-                    found, units = resolved
-                    if found.tier_fallback:
-                        flags.append("tier_fallback")
-                    p = found.price
-                    rec.price_model, rec.price_tier, rec.price_effective_from = p.model, p.tier, p.effective_from
-                    priced = cost_at(units, u.input_tokens, u.cache_read_tokens, u.cache_write_tokens,
-                                     u.output_tokens)
-                    rec.cost_units = priced.total
+                priced = self._price(rec, canonical, tier, ex, u)
         self.journal.append(rec)
         self.metrics.observe(rec, priced, ex.overhead_s)
         return rec
+
+    def _model_and_tier(self, ex: Exchange, observed: Observed, flags: list[str]) -> tuple[str | None, str | None]:
+        """Steps 1 and 2 of SPEC "Price tables"; a failure leaves the record unpriced and flagged."""
+        try:
+            canonical = self.book.canonical_model(observed.model, ex.model_requested)
+            if ex.endpoint not in METERED:
+                return canonical, None
+            return canonical, self.book.resolve_tier(observed.model or ex.model_requested,
+                                                     (observed.speed, observed.service_tier, ex.tier_requested))
+        except Exception:  # the client's response is on its way: it must not pay for a pricing bug
+            self._pricing_failed(ex, flags)
+            return None, None
+
+    def _price(self, rec: Record, model: str, tier: str, ex: Exchange, u: Usage) -> Cost | None:
+        """Step 3 and the cost; a failure (a price or count the calculator refuses) records the
+        request unpriced, flagged PRICING_FAILED, and never reaches the relay."""
+        try:
+            resolved = self.book.resolve_units(model, tier, ex.start, upstream=ex.upstream or None)
+            if resolved is None:
+                return None
+            found, units = resolved
+            priced = cost_at(units, u.input_tokens, u.cache_read_tokens, u.cache_write_tokens, u.output_tokens)
+        except Exception:
+            self._pricing_failed(ex, rec.flags)
+            return None
+        self._priced(rec, found)
+        rec.cost_units = priced.total
+        return priced
+
+    @staticmethod
+    def _priced(rec: Record, found: Resolution) -> None:
+        if found.tier_fallback:
+            rec.flags.append("tier_fallback")
+        p = found.price
+        rec.price_model, rec.price_tier, rec.price_effective_from = p.model, p.tier, p.effective_from
+
+    def _pricing_failed(self, ex: Exchange, flags: list[str]) -> None:
+        if PRICING_FAILED not in flags:
+            flags.append(PRICING_FAILED)
+        self.pricing_failures += 1
+        if self.pricing_failures % _PRICING_LOG_EVERY == 1:
+            log.exception("request %s could not be priced (%d so far); recorded unpriced, flagged %s",
+                          ex.id, self.pricing_failures, PRICING_FAILED)

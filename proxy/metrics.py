@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from pricing import Cost, PriceBook
@@ -56,7 +56,9 @@ def multiprocess_dir() -> str | None:
 class Metrics:
     def __init__(self, settings: Settings, book: PriceBook, registry: CollectorRegistry,
                  month_to_date: Callable[[datetime], Mapping[str, int]] | None = None,
-                 pending: Callable[[], int] | None = None) -> None:
+                 pending: Callable[[], int] | None = None,
+                 ledger_counts: Callable[[], tuple[int, int]] | None = None) -> None:
+        """`ledger_counts`: the ledger's (rejected, lost) records so far (Ledger.rejected, Ledger.lost)."""
         self.labels = Labels(settings, book)
         self._keys: dict[tuple[str | int | None, ...], _Keys] = {}
         # With several workers, `registry` (the one /metrics reads) gets a collector that sums
@@ -118,6 +120,11 @@ class Metrics:
             if pending is not None:
                 _publish_every(PENDING_EVERY_S, lambda: gauge.set(pending()))
         registry.register(_Live(book, self.labels, month_to_date, pending, with_pending=not multiproc))
+        if ledger_counts is not None:
+            if multiproc:
+                _publish_ledger_counts(r, ledger_counts)
+            else:
+                registry.register(_LedgerCounts(ledger_counts))
 
     def observe(self, rec: Record, cost: Cost | None, overhead_s: float) -> None:
         """Counts one finished request, on the event loop."""
@@ -231,6 +238,37 @@ def _publish_every(interval_s: float, publish: Callable[[], None]) -> None:
             time.sleep(interval_s)
 
     threading.Thread(target=run, name="llmmeter-metrics-publish", daemon=True).start()
+
+
+_REJECTED = ("llmmeter_ledger_rejected_records",
+             "Ledger records the database refused, set aside as dead letters (llmmeter ledger retry)")
+_LOST = ("llmmeter_ledger_lost_records", "Ledger records neither journaled nor held in memory")
+
+
+class _LedgerCounts(Collector):
+    """The ledger's own counters, read at scrape time."""
+
+    def __init__(self, counts: Callable[[], tuple[int, int]]) -> None:
+        self.counts = counts
+
+    def collect(self) -> Iterable[CounterMetricFamily]:
+        rejected, lost = self.counts()
+        yield CounterMetricFamily(*_REJECTED, value=float(rejected))
+        yield CounterMetricFamily(*_LOST, value=float(lost))
+
+
+def _publish_ledger_counts(registry: CollectorRegistry, counts: Callable[[], tuple[int, int]]) -> None:
+    """With several workers: each adds what its ledger counted since the last time to shared counters."""
+    counters = (Counter(*_REJECTED, registry=registry), Counter(*_LOST, registry=registry))
+    published = [0, 0]
+
+    def publish() -> None:
+        for i, (counter, n) in enumerate(zip(counters, counts(), strict=True)):
+            if n > published[i]:
+                counter.inc(n - published[i])
+                published[i] = n
+
+    _publish_every(PENDING_EVERY_S, publish)
 
 
 class _Live(Collector):

@@ -182,8 +182,10 @@ class SqliteStore:
         if not self.path.is_file():
             raise LedgerMissing(f"{self.url}: no ledger at {self.path} (a read-only command never creates one)")
         wal = self.path.with_name(self.path.name + "-wal")
-        if not os.access(self.path.parent, os.W_OK) and not wal.exists():
-            # No WAL and nobody may write beside the file: a snapshot, read without the -shm it cannot have.
+        snapshot = not os.access(self.path.parent, os.W_OK) or not self.path.stat().st_mode & 0o222
+        if snapshot and not wal.exists():
+            # A file no writer may change and no WAL: read it as it is, without the -shm and -wal
+            # a WAL-mode reader would otherwise create beside it (and that root could).
             self._immutable = True
         try:
             applied = {int(v) for (v,) in self._read("SELECT version FROM schema_migrations", ())}

@@ -145,7 +145,8 @@ def test_rows_stream_through_a_server_side_cursor(pg_url: str, ledgers: list[Led
     reading = "SELECT state, query FROM pg_stat_activity WHERE query LIKE '%%llmmeter_rows%%' " \
               "AND pid != pg_backend_pid()"
     [(state, query)] = rows(pg_url, reading)
-    assert state == "idle in transaction" and query.startswith('FETCH FORWARD 1024 FROM "llmmeter_rows"')
+    assert state == "idle in transaction" and isinstance(query, str)
+    assert query.startswith('FETCH FORWARD 1024 FROM "llmmeter_rows"')
     assert sum(1 for _ in it) == 2999
     assert rows(pg_url, reading) == []  # the reading connection is closed once the rows are read
 
