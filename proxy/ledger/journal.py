@@ -32,7 +32,7 @@ SEGMENT_BYTES = 64 * 1024 * 1024
 FILE_MODE = 0o640
 DIR_MODE = 0o750
 # One line per record; datetimes as RFC 3339, naive ones taken as UTC.
-_JSON = orjson.OPT_APPEND_NEWLINE | orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC
+JOURNAL_JSON = orjson.OPT_APPEND_NEWLINE | orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC
 # Integer fields a line may carry as a decimal string: orjson writes no integer beyond 64 bits,
 # and a cost at the caps (4 x 10^19 units, pricing/calculator.py) is beyond them.
 _WIDE = ("cost_units", "input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens",
@@ -206,14 +206,14 @@ def create_locked(directory: Path, kind: str) -> tuple[int, Path]:
 def encode(record: Record) -> bytes:
     """The record's journal line; TypeError when it has no faithful JSON form."""
     try:
-        return orjson.dumps(record, option=_JSON)
+        return orjson.dumps(record, option=JOURNAL_JSON)
     except TypeError:
         d = record.to_json_dict()  # a wide integer (a cost at the caps) goes as a decimal string
         for name in _WIDE:
             v = d.get(name)
             if type(v) is int and not -(2**63) <= v < 2**64:
                 d[name] = str(v)
-        return orjson.dumps(d, option=_JSON)
+        return orjson.dumps(d, option=JOURNAL_JSON)
 
 
 def _remove(seg: Segment) -> None:

@@ -12,10 +12,12 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import orjson
+
 from proxy.ledger.backlog import QUEUE_LIMIT, Backlog
 from proxy.ledger.deadletter import DeadLetters, RetryStats, dead_letter_dir, retry
 from proxy.ledger.importer import Importer
-from proxy.ledger.journal import SEGMENT_BYTES, Journal, encode
+from proxy.ledger.journal import JOURNAL_JSON, SEGMENT_BYTES, Journal, encode
 from proxy.ledger.replay import ReplayStats, replay
 from proxy.ledger.store import Store, open_store
 from proxy.record import Record
@@ -78,11 +80,15 @@ class Ledger:
             unjournaled: list[Record] = []
             for r in records:
                 try:
-                    lines.append(encode(r))
+                    lines.append(orjson.dumps(r, option=JOURNAL_JSON))  # encode(), inline: this is the request path
                     journaled.append(r)
                 except TypeError:
-                    log.exception("ledger record %s cannot be journaled", r.id)
-                    unjournaled.append(r)
+                    try:
+                        lines.append(encode(r))  # a wide integer: a cost at the caps
+                        journaled.append(r)
+                    except TypeError:
+                        log.exception("ledger record %s cannot be journaled", r.id)
+                        unjournaled.append(r)
             segment = self._journal.write(b"".join(lines), len(lines), kept) if lines else None
             queued = self._backlog.put(journaled, segment, kept)
             if unjournaled:

@@ -99,20 +99,19 @@ class SqliteStore:
         self.read_only = read_only
         self.url = url or str(path)
         self._identity: FileId | None = None  # the file this store opened first: the only one it writes
-        self._immutable = False  # a snapshot in a directory nobody can write: read without locks
+        self._immutable = False  # a snapshot no writer can change: read without locks
 
     def default_journal_dir(self) -> Path:
         return self.path.parent / "journal"
 
     # --- connections ----------------------------------------------------------------------
     def _connect(self, mode: str) -> sqlite3.Connection:
-        """`rwc` may create the file (the first open), `rw` needs it, `ro` only reads it."""
+        """`rwc` may create the file (the first open), `rw` needs it (and reads only where the file
+        is write-protected), `ro` is a snapshot's: immutable, no locks, no -shm or -wal made."""
         try:
             if mode == "rwc":
                 _create_private(self.path)
-            uri = f"file:{quote(str(self.path.absolute()))}?mode={'ro' if mode == 'ro' else 'rw'}"
-            if mode == "ro" and self._immutable:
-                uri += "&immutable=1"
+            uri = f"file:{quote(str(self.path.absolute()))}?mode={'ro&immutable=1' if mode == 'ro' else 'rw'}"
             # isolation_level=None: transactions are spelled out, never begun implicitly.
             con = sqlite3.connect(uri, timeout=self.busy_timeout_s, isolation_level=None, uri=True)
             con.execute("PRAGMA synchronous=NORMAL")
@@ -121,8 +120,9 @@ class SqliteStore:
             raise StoreUnavailable(f"{self.path}: {e}") from e
 
     def _reader(self) -> sqlite3.Connection:
-        # Never `rwc`: a read must not make an empty ledger where one went missing.
-        con = self._connect("ro" if self.read_only else "rw")
+        # Never `rwc`: a read must not make an empty ledger where one went missing. Not `mode=ro`
+        # either, but where it must: a read-only WAL reader leaves a -shm and -wal behind it.
+        con = self._connect("ro" if self._immutable else "rw")
         con.execute("PRAGMA query_only=ON")
         return con
 

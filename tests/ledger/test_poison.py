@@ -226,3 +226,19 @@ def test_a_served_ledger_counts_what_it_sets_aside_and_stays_ready(
         assert "refused 1 record(s)" in proxy.output()
     finally:
         proxy.stop()
+
+
+def test_several_workers_add_up_what_they_set_aside(fake: FakeUpstream, prices_dir: Path, tmp_path: Path) -> None:
+    """With --workers, each worker publishes its own count into the shared metric files."""
+    work, metrics_dir = tmp_path / "w", tmp_path / "prom"
+    (work / "journal").mkdir(parents=True)
+    metrics_dir.mkdir()
+    lines = [orjson.dumps({**orjson.loads(encode(full_record(i))), "tenant": None}) + b"\n" for i in range(3)]
+    (work / "journal" / "segment-00000000000000000001-1-abcd0123.jsonl").write_bytes(b"".join(lines))
+    proxy = Served(work, upstream=fake.base_url, args=("--prices", str(prices_dir), "--workers", "2"),
+                   env={"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}).start()
+    try:
+        assert wait_until(lambda: proxy.metric("llmmeter_ledger_rejected_records_total") == 3, timeout=10)
+        assert proxy.metric("llmmeter_ledger_lost_records_total") == 0
+    finally:
+        proxy.stop()

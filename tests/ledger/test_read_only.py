@@ -95,17 +95,21 @@ def test_a_read_only_snapshot_is_read_and_nothing_is_written(snapshot: Path, tmp
 
 
 def test_a_read_only_store_never_writes(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'ledger.db'}"
-    ledger = Ledger(url)
+    db = tmp_path / "ledger.db"
+    ledger = Ledger(f"sqlite:///{db}")
     ledger.start()
     ledger.append(full_record(1))
     assert ledger.flush()
-    reader = Ledger(url, read_only=True)
+    reader = Ledger(f"sqlite:///{db}", read_only=True)  # beside a live writer
     assert reader.start() == 0 and reader.count(*EVER) == 1
     with pytest.raises(StoreUnavailable, match="read-only"):
         reader.store.writer()
     reader.close()
     ledger.close()
+    # A cold ledger in a writable directory: read, and left exactly as it was, no -wal or -shm behind.
+    before, files = db.read_bytes(), sorted(os.listdir(tmp_path))
+    assert what_a_report_reads(f"sqlite:///{db}")["count"] == 1
+    assert db.read_bytes() == before and sorted(os.listdir(tmp_path)) == files == ["journal", "ledger.db"]
 
 
 def test_a_ledger_from_an_older_llmmeter_is_not_migrated_by_a_read(tmp_path: Path) -> None:
