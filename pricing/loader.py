@@ -3,8 +3,8 @@
 tomllib gives no line numbers for values, so entries are located by their `[[price]]`
 header lines in the text, and keys by their `key =` line inside that entry.
 
-A price is at most MAX_PRICE_PER_MILLION, $1,000,000 per million tokens (10,000 times the
-dearest real price): the ceiling the ledger's money columns are sized for (pricing/calculator.py).
+A price is at most MAX_PRICE_PER_MILLION, $1,000,000 per million tokens (over a thousand times
+any real price): the ceiling the ledger's money columns are sized for (pricing/calculator.py).
 """
 
 from __future__ import annotations
