@@ -148,7 +148,7 @@ def _export(args: argparse.Namespace) -> int:
     if end <= start:
         raise ValueError("--to must be after --from (it is exclusive)")
     s = _settings(args, db=args.db)
-    ledger = Ledger(s.ledger_url, s.journal_dir, s.fsync)
+    ledger = Ledger(s.ledger_url, s.journal_dir, s.fsync, read_only=True)  # no import, no migration
     output = _output(args.out, ledger)
     ledger.start()
     try:
@@ -180,9 +180,11 @@ def _report(args: argparse.Namespace) -> int:
                       self_hosted_upstreams=frozenset(u.name for u in s.upstreams if u.self_hosted),
                       tenant=args.tenant,
                       reprice_at=parse_when(args.reprice_at, tz) if args.reprice_at else None)
-    ledger = Ledger(s.ledger_url, s.journal_dir, s.fsync)
+    # Read-only: no import, no migration. Records still in the journal after a crash land with
+    # the next `serve` (or `llmmeter migrate`), not here.
+    ledger = Ledger(s.ledger_url, s.journal_dir, s.fsync, read_only=True)
     output = _output(args.out, ledger)
-    ledger.start()  # journaled records not yet imported belong in the report too
+    ledger.start()
     try:
         text = render(build_report(ledger.store, inp), args.format)
     finally:

@@ -11,7 +11,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
-from decimal import ROUND_HALF_EVEN, Decimal
+from decimal import ROUND_HALF_EVEN, Context, Decimal, localcontext
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -246,8 +246,9 @@ def _forecast(total: _Sums, start: datetime, end: datetime, now: datetime) -> di
     if elapsed <= 0:
         return {"month_complete": False, "projected_cost_usd": "0", "projected_tokens": 0,
                 "method": "the month has not started"}
-    factor = Decimal(days) / Decimal(elapsed)
-    units = (Decimal(total.cost_units) * factor).quantize(Decimal(1), ROUND_HALF_EVEN)
+    with localcontext(Context(prec=60)):  # enough digits for any month the ledger can hold
+        factor = Decimal(days) / Decimal(elapsed)
+        units = (Decimal(total.cost_units) * factor).quantize(Decimal(1), ROUND_HALF_EVEN)
     return {"month_complete": False, "projected_cost_usd": _usd(int(units)),
             "projected_tokens": int(total.billed_tokens * factor),
             "method": f"run-rate: {elapsed:.2f} of {days:.0f} days elapsed, totals so far x {float(factor):.3f}"}
