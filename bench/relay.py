@@ -50,8 +50,10 @@ UPSTREAM_DEFAULTS = {"x-fake-usage": json.dumps({"prompt": 1200, "cached": 1000,
                      "x-fake-chunks": "30"}
 CONNECTIONS = (1, 32, 128)
 TCK = os.sysconf("SC_CLK_TCK")
-TARGETS = {"added_p50_ms": 1.0, "added_p99_ms": 5.0, "added_stream_ttfb_ms": 1.0, "rps_32_vs_direct": 0.5,
-           "rps_32_stream_vs_direct": 0.4, "peak_rss_mb": 80.0, "peak_rss_mb_before_any_estimate": 80.0}
+# The speed floor (docs/decisions/upstream-client.md); peak RSS with tiktoken's o200k loaded
+# by the first estimate (`[estimate] engine = "compact"` stays under 80 MB).
+TARGETS = {"added_p50_ms": 1.0, "added_p99_ms": 5.0, "added_stream_ttfb_ms": 1.0, "rps_32_vs_direct": 0.4,
+           "rps_32_stream_vs_direct": 0.4, "peak_rss_mb": 200.0, "peak_rss_mb_before_any_estimate": 80.0}
 
 
 def free_port() -> int:
