@@ -39,7 +39,7 @@ CASES = {  # name: (what the content is, characters)
 LOAD = r"""
 import gc, json, sys, time
 from pathlib import Path
-from proxy.tokens import Estimator
+from proxy.metering.estimate.estimator import Estimator
 
 def rss():
     return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmRSS")) / 1024
@@ -86,7 +86,7 @@ BODY = r"""
 import asyncio, gc, json, random, string, subprocess, sys, time
 from pathlib import Path
 import uvloop
-from proxy.tokens import Estimator
+from proxy.metering.estimate.estimator import Estimator
 
 def rss(field="VmRSS"):
     return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith(field)) / 1024

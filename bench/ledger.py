@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pricing import PriceBook, cost, default_tables_dir, load_dir
 from proxy.ledger import Ledger
-from proxy.meter import new_id
-from proxy.record import Record
+from proxy.ledger.record import Record
+from proxy.metering.meter import new_id
 from proxy.settings import Workloads
 
 ROOT = Path(__file__).resolve().parents[1]

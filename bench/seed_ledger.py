@@ -22,8 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pricing import PriceBook, cost, default_tables_dir, load_dir
+from proxy.ledger.record import Record
 from proxy.ledger.store import open_store
-from proxy.record import Record
 from proxy.settings import Workloads
 
 TENANTS = (("search-team", 5), ("agents", 4), ("default", 1))

@@ -1,8 +1,8 @@
 """Find the code points where `regex` and tiktoken disagree on Unicode classes.
 
-Sweeps every code point through tiktoken and through proxy.bpe with tiktoken's pattern
+Sweeps every code point through tiktoken and through proxy.metering.estimate.compact with tiktoken's pattern
 unchanged, prints the ranges that count differently (the table for
-`proxy.bpe._UNASSIGNED_FOR_TIKTOKEN`), then checks the narrowed pattern on the same
+`proxy.metering.estimate.compact._UNASSIGNED_FOR_TIKTOKEN`), then checks the narrowed pattern on the same
 sweep. Needs tiktoken's vocabularies; takes about three minutes per encoding.
 
     python bench/unicode_gap.py [--encoding o200k_base]
@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from proxy.bpe import CompactBpe, compile_pattern
-from proxy.tokens import VOCABULARIES, Estimator, TiktokenCounter
+from proxy.metering.estimate.compact import CompactBpe, compile_pattern
+from proxy.metering.estimate.estimator import VOCABULARIES, Estimator, TiktokenCounter
 
 
 def probe(ch: str) -> str:
@@ -55,7 +55,7 @@ def main() -> None:
     print(f"{name}: {len(raw)} code points differ with tiktoken's pattern unchanged:")
     print(ranges(raw))
     left = mismatches(name, CompactBpe(name, sha), reference)
-    print(f"with the table in proxy/bpe.py: {len(left)} differ {ranges(left)}")
+    print(f"with the table in proxy/metering/estimate/compact.py: {len(left)} differ {ranges(left)}")
     sys.exit(1 if left else 0)
 
 

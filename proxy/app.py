@@ -19,12 +19,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from pricing import PriceBook, default_tables_dir, load_dir
 from proxy.ledger import Ledger
 from proxy.ledger.group import GroupCommit
-from proxy.meter import Meter
-from proxy.metrics import Metrics
+from proxy.metering.estimate.estimator import Estimator
+from proxy.metering.meter import Meter
+from proxy.metrics.metrics import Metrics
 from proxy.relay.handler import Receive, Relay, Scope, Send
 from proxy.server.protocol import ServerLimits
 from proxy.settings import Settings
-from proxy.tokens import Estimator
 from proxy.upstream.client import Upstreams
 from proxy.upstream.routing import Router
 

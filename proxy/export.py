@@ -23,7 +23,7 @@ import orjson
 
 from pricing import format_usd
 from proxy.errors import OutputError
-from proxy.record import EXPORT_COLUMNS, Record
+from proxy.ledger.record import EXPORT_COLUMNS, Record
 
 _PROGRESS_EVERY = 1000
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")

@@ -65,7 +65,7 @@ class Workloads:
 class Estimate:
     encoding: str = "o200k_base"
     per_model: tuple[tuple[tuple[str, ...], str], ...] = ()
-    engine: str = "tiktoken"  # tiktoken | compact (proxy/tokens.py; README "Token estimation recipe")
+    engine: str = "tiktoken"  # tiktoken | compact (proxy/metering/estimate/)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from proxy.ledger.journal import Segment
-from proxy.record import Record
+from proxy.ledger.record import Record
 
 QUEUE_LIMIT = 100_000
 

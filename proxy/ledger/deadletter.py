@@ -23,8 +23,8 @@ from pathlib import Path
 import orjson
 
 from proxy.ledger.journal import SUFFIX, ReadStats, create_locked, encode, read_segment
+from proxy.ledger.record import Record
 from proxy.ledger.store import RecordRefused, StoreUnavailable, Writer
-from proxy.record import Record
 
 log = logging.getLogger("llmmeter.ledger")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from proxy.record import Record
+from proxy.ledger.record import Record
 
 Commit = Callable[[list[Record]], None]
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import orjson
 
-from proxy.record import Record
+from proxy.ledger.record import Record
 
 log = logging.getLogger("llmmeter.ledger")
 

@@ -18,9 +18,9 @@ from proxy.ledger.backlog import QUEUE_LIMIT, Backlog
 from proxy.ledger.deadletter import DeadLetters, RetryStats, dead_letter_dir, retry
 from proxy.ledger.importer import Importer
 from proxy.ledger.journal import JOURNAL_JSON, SEGMENT_BYTES, Journal, encode
+from proxy.ledger.record import Record
 from proxy.ledger.replay import ReplayStats, replay
 from proxy.ledger.store import Store, open_store
-from proxy.record import Record
 
 log = logging.getLogger("llmmeter.ledger")
 

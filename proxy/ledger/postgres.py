@@ -22,6 +22,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from proxy.ledger import migrations
 from proxy.ledger.percentiles import input_side_percentiles
+from proxy.ledger.record import Record
 from proxy.ledger.store import (
     COLUMNS,
     HOUR_US,
@@ -40,7 +41,6 @@ from proxy.ledger.store import (
     to_row,
     whole_hours,
 )
-from proxy.record import Record
 from proxy.settings import redact_url
 
 _COLS = ", ".join(COLUMNS)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from proxy.ledger.deadletter import DeadLetters, store_chunks
 from proxy.ledger.journal import SUFFIX, ReadStats, read_segment
+from proxy.ledger.record import Record
 from proxy.ledger.store import Writer
-from proxy.record import Record
 
 log = logging.getLogger("llmmeter.ledger")
 

@@ -21,6 +21,7 @@ from urllib.parse import quote
 from proxy.errors import LLMMeterError
 from proxy.ledger import migrations
 from proxy.ledger.percentiles import input_side_percentiles
+from proxy.ledger.record import Record
 from proxy.ledger.store import (
     BUCKET_OF,
     COLUMNS,
@@ -43,7 +44,6 @@ from proxy.ledger.store import (
     to_row,
     whole_hours,
 )
-from proxy.record import Record
 
 # The ledger holds end_user: created owner read-write and group read-only (and, as ever,
 # narrowed by the umask). SQLite gives its -wal and -shm files the database file's mode.

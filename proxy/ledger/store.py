@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from pricing.calculator import MAX_COST_UNITS, MAX_TOKENS, UNITS_PER_USD
 from proxy.errors import LLMMeterError
-from proxy.record import Record
+from proxy.ledger.record import Record
 
 # Database columns: the Record's fields in declaration order, then the cost's carry (005).
 COLUMNS: tuple[str, ...] = (*(f.name for f in fields(Record)), "cost_carry")

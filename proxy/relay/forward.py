@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.errors import Broken, MalformedResponse, PoolTimeout, StreamBroken, Unreachable, error_body
-from proxy.meter import METERED, Exchange, Meter
-from proxy.metrics import Metrics
+from proxy.metering.meter import METERED, Exchange, Meter
+from proxy.metrics.metrics import Metrics
+from proxy.protocol.tap import StreamTap
+from proxy.protocol.usage import Observed, read_body
 from proxy.relay.decode import Decoder, decoder_for
-from proxy.tap import StreamTap
 from proxy.upstream.client import Response, UpstreamClient
 from proxy.upstream.routing import response_headers
-from proxy.usage import Observed, read_body
 
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 MAX_METERED_BODY = 64 * 1024 * 1024  # non-streamed bodies kept (in memory) for reading usage

@@ -19,14 +19,14 @@ from typing import Any
 import orjson
 
 from proxy.errors import error_body
-from proxy.meter import METERED, Exchange, Meter, bounded, clean_tag
-from proxy.metrics import Metrics
+from proxy.metering.meter import METERED, Exchange, Meter, bounded, clean_tag
+from proxy.metrics.metrics import Metrics
+from proxy.protocol.usage import Observed
 from proxy.relay.forward import Forwarder, Outbound, send_whole
 from proxy.server import DISCONNECT
 from proxy.settings import Settings
 from proxy.upstream.client import Upstreams
 from proxy.upstream.routing import Router, relay_path, request_headers, target_url
-from proxy.usage import Observed
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from proxy.record import Record
+from proxy.ledger.record import Record
 
 T0 = datetime(2026, 11, 3, 14, 5, 9, 123456, tzinfo=UTC)
 EVER = (datetime(2000, 1, 1, tzinfo=UTC), datetime(2100, 1, 1, tzinfo=UTC))

@@ -11,9 +11,9 @@ import psycopg
 
 from pricing.calculator import MAX_COST_UNITS, MAX_TOKENS, UNITS_PER_USD
 from proxy.ledger import Ledger
+from proxy.ledger.record import Record
 from proxy.ledger.sqlite import SqliteStore
 from proxy.ledger.store import CARRY, COLUMNS, is_postgresql, sqlite_path, to_row
-from proxy.record import Record
 from tests.ledger.helpers import EVER, T0, full_record
 
 BIGINT = 2**63 - 1

@@ -20,8 +20,8 @@ import pytest
 from proxy.ledger import Ledger
 from proxy.ledger.migrations import load
 from proxy.ledger.postgres import PostgresStore
+from proxy.ledger.record import Record
 from proxy.ledger.store import COLUMNS, HOURLY_SQL, StoreUnavailable, money_rows, open_store, to_micros
-from proxy.record import Record
 from tests.ledger.helpers import EVER, T0, full_record, wait_until
 from tests.pg import MISSING, new_cluster, usable
 from tests.serve import free_port

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from proxy.ledger import Ledger
+from proxy.ledger.record import Record
 from proxy.ledger.sqlite import SqliteStore
 from proxy.ledger.store import COLUMNS, HOURLY_SQL, money_rows, sqlite_path, to_micros, to_row
-from proxy.record import Record
 from tests.ledger.helpers import EVER, T0, full_record
 
 

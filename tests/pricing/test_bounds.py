@@ -24,7 +24,7 @@ from pricing.calculator import (
 )
 from pricing.loader import check_dir, load_dir
 from pricing.model import TOKEN_TYPES, Price
-from proxy import usage
+from proxy.protocol import usage
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = """\
@@ -49,7 +49,7 @@ def at_the_ceiling() -> Price:
 def test_the_caps_are_the_documented_ones_and_agree_with_the_usage_readers() -> None:
     assert Decimal(1_000_000) == MAX_PRICE_PER_MILLION
     assert MAX_UNIT_PRICE == unit_price(MAX_PRICE_PER_MILLION) == UNITS_PER_USD  # $1 a token
-    assert MAX_TOKENS == usage.MAX_TOKENS == 10**9  # proxy/usage.py refuses counts above it
+    assert MAX_TOKENS == usage.MAX_TOKENS == 10**9  # proxy/protocol/usage.py refuses counts above it
     assert MAX_COST_UNITS == len(TOKEN_TYPES) * MAX_TOKENS * MAX_UNIT_PRICE == 4 * 10**19  # $4e9 a record
 
 

@@ -10,12 +10,12 @@ from prometheus_client import CollectorRegistry
 
 from pricing import Price, PriceBook
 from pricing.calculator import MAX_TOKENS
-from proxy.meter import PRICING_FAILED, Exchange, Meter
-from proxy.metrics import Metrics
-from proxy.record import Record
+from proxy.ledger.record import Record
+from proxy.metering.estimate.estimator import Estimator
+from proxy.metering.meter import PRICING_FAILED, Exchange, Meter
+from proxy.metrics.metrics import Metrics
+from proxy.protocol.usage import Observed, Usage
 from proxy.settings import Settings, Workloads
-from proxy.tokens import Estimator
-from proxy.usage import Observed, Usage
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -18,14 +18,14 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from pricing import PriceBook, default_tables_dir, load_dir
-from proxy.meter import Exchange, Meter
-from proxy.metrics import Metrics
-from proxy.record import Record
+from proxy.ledger.record import Record
+from proxy.metering.estimate.estimator import Estimator
+from proxy.metering.meter import Exchange, Meter
+from proxy.metrics.metrics import Metrics
+from proxy.protocol.sse import SSEReader
+from proxy.protocol.tap import StreamTap
+from proxy.protocol.usage import INVALID_FIELD, MAX_TOKENS, NEGATIVE_CLAMPED, Usage, parse_body
 from proxy.settings import Settings, Workloads
-from proxy.sse import SSEReader
-from proxy.tap import StreamTap
-from proxy.tokens import Estimator
-from proxy.usage import INVALID_FIELD, MAX_TOKENS, NEGATIVE_CLAMPED, Usage, parse_body
 
 MANY = settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SOME = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -8,7 +8,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxy.sse import Block, SSEReader
+from proxy.protocol.sse import Block, SSEReader
 
 Event = tuple[str, str | None, str | None]  # (event, data, id)
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "llama-cpp-0.3.36"

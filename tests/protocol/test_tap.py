@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import proxy.tap
-import proxy.usage
-from proxy.tap import OUTPUT_UNREPORTED, StreamTap
-from proxy.usage import Usage
+import proxy.protocol.tap
+import proxy.protocol.usage
+from proxy.protocol.tap import OUTPUT_UNREPORTED, StreamTap
+from proxy.protocol.usage import Usage
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "llama-cpp-0.3.36"
 
@@ -162,13 +162,13 @@ def test_tool_call_and_reasoning_text_is_collected() -> None:
 def test_openai_null_usage_on_every_chunk_is_not_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
     """With include_usage, OpenAI sends "usage": null on each chunk: content chunks stay unparsed."""
     parsed: list[str] = []
-    real = proxy.usage.loads
+    real = proxy.protocol.usage.loads
 
     def counting(data: bytes | str) -> Any:
         parsed.append(str(data))
         return real(data)
 
-    monkeypatch.setattr("proxy.tap.loads", counting)
+    monkeypatch.setattr("proxy.protocol.tap.loads", counting)
     body: list[Any] = [chunk({"role": "assistant", "content": ""}) | {"usage": None}]
     body += [chunk({"content": f"w{i} "}) | {"usage": None} for i in range(50)]
     body += [chunk(finish="stop") | {"usage": None}, chunk(usage=USAGE, choices=False), "[DONE]"]
@@ -213,7 +213,7 @@ def test_stream_cut_before_the_usage_chunks_blank_line() -> None:
 
 
 def test_unreadable_sse_is_given_up_and_relayed_untouched(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(proxy.tap, "MAX_PENDING", 64)
+    monkeypatch.setattr(proxy.protocol.tap, "MAX_PENDING", 64)
     data = b"data: " + b"x" * 200 + b"\n\n" + b"".join(CHAT)
     for drop in (True, False):
         tap, out = run([data], drop=drop, cuts=[30, 100, 250])

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.tap import StreamTap
+from proxy.protocol.tap import StreamTap
 from tests.protocol.test_tap import five
 
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from proxy.tap import StreamTap
-from proxy.usage import INVALID_FIELD, NEGATIVE_CLAMPED, PARTIAL_USAGE, Usage, parse_body
+from proxy.protocol.tap import StreamTap
+from proxy.protocol.usage import INVALID_FIELD, NEGATIVE_CLAMPED, PARTIAL_USAGE, Usage, parse_body
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "llama-cpp-0.3.36"
 

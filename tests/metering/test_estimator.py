@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import tiktoken
 
-from proxy.tokens import (
+from proxy.metering.estimate.estimator import (
     REPLY_PRIMING,
     SUPPORTED_ENCODINGS,
     TOKENS_PER_MESSAGE,
@@ -28,7 +28,7 @@ from proxy.tokens import (
 )
 from tests.strict import require
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # Run in a fresh interpreter: watches sockets (audit hook) and calls into tiktoken's
 # downloader and our loader (profile hook) without replacing any code, then reports.
@@ -46,12 +46,12 @@ sys.addaudithook(audit)
 
 from pathlib import Path
 import tiktoken, tiktoken.load
-import proxy.bpe, proxy.tokens
+import proxy.metering.estimate.compact, proxy.metering.estimate.estimator
 watched = {
     tiktoken.load.read_file.__code__: "read_file",  # tiktoken's downloader
     tiktoken.get_encoding.__code__: "get_encoding",
-    proxy.tokens.unpack_vocabulary.__code__: "unpack_vocabulary",
-    proxy.bpe.CompactBpe.__init__.__code__: "compact",
+    proxy.metering.estimate.estimator.unpack_vocabulary.__code__: "unpack_vocabulary",
+    proxy.metering.estimate.compact.CompactBpe.__init__.__code__: "compact",
 }
 calls = dict.fromkeys(watched.values(), 0)
 def profile(frame, event, arg):
@@ -64,7 +64,7 @@ cache = os.environ.get("PROBE_CACHE_DIR")
 n = int(os.environ.get("PROBE_THREADS", "1"))
 counts = {}
 for name in os.environ.get("PROBE_ENCODINGS", "o200k_base").split(","):
-    est = proxy.tokens.Estimator(name, cache_dir=Path(cache) if cache else None,
+    est = proxy.metering.estimate.estimator.Estimator(name, cache_dir=Path(cache) if cache else None,
                                  engine=os.environ.get("PROBE_ENGINE", "tiktoken"))
     barrier, got = threading.Barrier(n), []
     def work():

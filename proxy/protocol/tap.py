@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from proxy.sse import Block, SSEReader
-from proxy.usage import (
+from proxy.protocol.sse import Block, SSEReader
+from proxy.protocol.usage import (
     Observed,
     Usage,
     anthropic_observed,

@@ -22,11 +22,8 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from pricing import PriceBook, default_tables_dir, load_dir
-from proxy.meter import Exchange, Meter
-from proxy.metrics import Metrics
-from proxy.record import Record
-from proxy.settings import Settings, Workloads
-from proxy.tokens import (
+from proxy.ledger.record import Record
+from proxy.metering.estimate.estimator import (
     APPROXIMATED,
     COUNTER_FAILED,
     ENGINES,
@@ -37,10 +34,13 @@ from proxy.tokens import (
     measure,
     run,
 )
-from proxy.usage import Observed
+from proxy.metering.meter import Exchange, Meter
+from proxy.metrics.metrics import Metrics
+from proxy.protocol.usage import Observed
+from proxy.settings import Settings, Workloads
 from tests.fake_upstream import FakeUpstream
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
 
 PATHOLOGICAL = {
@@ -75,7 +75,7 @@ def encodings(tiktoken_cache: None) -> dict[str, tiktoken.Encoding]:
 
 
 def prose() -> str:
-    return "\n".join(p.read_text() for p in sorted([*ROOT.glob("*.md"), *ROOT.glob("proxy/*.py")]))
+    return "\n".join(p.read_text() for p in sorted([*ROOT.glob("*.md"), *ROOT.glob("proxy/**/*.py")]))
 
 
 async def longest_gap(work: Generator[None, None, T], est: Estimator) -> tuple[T, float]:

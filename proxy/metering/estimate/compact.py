@@ -32,7 +32,7 @@ from importlib import resources
 
 import regex
 
-from proxy.tokens import run
+from proxy.metering.estimate.estimator import run
 
 # tiktoken's own patterns (tiktoken_ext/openai_public.py, tiktoken 0.14); tests check they match.
 PATTERNS = {
@@ -62,7 +62,7 @@ _UNASSIGNED_FOR_TIKTOKEN = (
 )
 
 SLICE = 256  # pieces (or merges) between yields: well under a millisecond of counting
-# Characters of one segment (proxy.tokens.measure): a piece is merged without pausing only
+# Characters of one segment (proxy.metering.estimate.estimator.measure): a piece is merged without pausing only
 # after its pairs are looked up, ~1 µs a byte, so a longer one would hold the loop.
 SEGMENT = 1024
 LONG = 128  # bytes: a longer piece is merged with a heap

@@ -20,9 +20,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from pricing import Cost, PriceBook
-from proxy.record import COST_UNITS_PER_USD, Record
+from proxy.ledger.record import COST_UNITS_PER_USD, Record
+from proxy.metrics.tally import Buckets, Sum, Tally
 from proxy.settings import Settings
-from proxy.tally import Buckets, Sum, Tally
 
 OTHER = "other"
 ENDPOINTS = frozenset({"chat", "completions", "embeddings", "responses", "messages", "models", "other"})

@@ -16,10 +16,19 @@ import pytest
 import regex
 import tiktoken
 
-from proxy.bpe import CHUNK, LONG, MARGIN, SLICE, CompactBpe, _windows, compile_pattern, unassigned_ranges
-from proxy.tokens import SUPPORTED_ENCODINGS, VOCABULARIES, Estimator, run
+from proxy.metering.estimate.compact import (
+    CHUNK,
+    LONG,
+    MARGIN,
+    SLICE,
+    CompactBpe,
+    _windows,
+    compile_pattern,
+    unassigned_ranges,
+)
+from proxy.metering.estimate.estimator import SUPPORTED_ENCODINGS, VOCABULARIES, Estimator, run
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +49,7 @@ def tiktoken_count(enc: tiktoken.Encoding, text: str) -> int:
 
 @pytest.mark.parametrize("name", SUPPORTED_ENCODINGS)
 def test_patterns_are_tiktokens(pair: dict[str, tuple[CompactBpe, tiktoken.Encoding]], name: str) -> None:
-    from proxy.bpe import PATTERNS
+    from proxy.metering.estimate.compact import PATTERNS
     assert PATTERNS[name] == pair[name][1]._pat_str
 
 
@@ -91,7 +100,7 @@ def test_windows_find_the_pieces_of_the_whole_text(name: str) -> None:
 
 
 def corpus() -> Iterator[str]:
-    for path in sorted([*ROOT.glob("*.md"), *ROOT.glob("proxy/*.py"), *ROOT.glob("tests/fixtures/**/*")]):
+    for path in sorted([*ROOT.glob("*.md"), *ROOT.glob("proxy/**/*.py"), *ROOT.glob("tests/fixtures/**/*")]):
         if path.is_file():
             yield path.read_text(errors="replace")
 
@@ -186,7 +195,7 @@ def test_an_estimate_on_the_event_loop_lets_other_work_run(pair: dict[str, tuple
 
 MEMORY = r"""
 import gc, sys
-from proxy.tokens import Estimator
+from proxy.metering.estimate.estimator import Estimator
 def rss():
     return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmRSS")) / 1024
 est = Estimator("cl100k_base", [(["o200k"], "o200k_base")], engine=sys.argv[1])

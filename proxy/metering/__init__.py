@@ -1,0 +1,1 @@
+"""Turning one exchange into a record: usage (reported or estimated), price, workload."""

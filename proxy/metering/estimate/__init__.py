@@ -1,0 +1,1 @@
+"""Token estimates for requests whose upstream reported no usage, off the event loop."""
