@@ -6,7 +6,7 @@ price × 10^4 units exactly, and a cost is tokens × that integer: no rounding a
 Bounds, which the ledger's storage is sized for (proxy/ledger/store.py; proved in
 tests/pricing/test_bounds.py): a price is at most MAX_PRICE_PER_MILLION, $1,000,000 per
 million tokens ($1 a token, 10^10 units; `prices check` refuses more), and a token count at
-most MAX_TOKENS, 10^9 per category (proxy/usage.py refuses more as garbage). One record
+most MAX_TOKENS, 10^9 per category (proxy/protocol/usage.py refuses more as garbage). One record
 then costs at most MAX_COST_UNITS = 4 categories × 10^9 × 10^10 = 4 × 10^19 units
 ($4 × 10^9): more than a signed 64-bit integer holds, which the ledger allows for.
 """
