@@ -401,6 +401,13 @@ def latency() -> Board:
     b.timeseries("Ledger backlog", "Records journaled but not yet in the database, per process. It drains "
                  "every batch; a backlog that only grows means the database is failing (/readyz says so too).",
                  [q("max by (instance) (llmmeter_ledger_pending_records)", "{{instance}}")], "count:records")
+    b.timeseries("Metering faults and refused records", "What went wrong without breaking the relay, per hour: "
+                 "usage fields or streams the readers could not use, compressed bodies that would not decode, "
+                 "prices that failed (by kind), and records the ledger's database refused (kept in the "
+                 "dead-letter folder for `llmmeter ledger retry`) or lost. Each has an alert.",
+                 [q("sum by (kind) (increase(llmmeter_metering_faults_total[1h]))", "{{kind}}"),
+                  q("sum (increase(llmmeter_ledger_rejected_records_total[1h]))", "refused by the database"),
+                  q("sum (increase(llmmeter_ledger_lost_records_total[1h]))", "lost")], "count:records")
     return b
 
 

@@ -22,13 +22,13 @@ from pricing.calculator import cost_at
 from proxy.ledger.record import Record
 from proxy.metering.estimate.estimator import Estimator
 from proxy.metrics.metrics import Metrics
+from proxy.protocol.names import METERED
 from proxy.protocol.tap import OUTPUT_UNREPORTED
 from proxy.protocol.usage import Observed, Usage
 from proxy.settings import Workloads
 
 log = logging.getLogger("llmmeter.meter")
 
-METERED = frozenset({"chat", "completions", "embeddings", "responses", "messages"})
 PRICING_FAILED = "pricing_failed"  # the price could not be computed: recorded unpriced, relayed as ever
 _PRICING_LOG_EVERY = 1000  # a broken price fails every request that uses it: log the first, then every 1000th
 _TAG_UNSAFE = re.compile(r"[^A-Za-z0-9_.:/\-]")
@@ -125,6 +125,7 @@ class Meter:
 
     def record(self, ex: Exchange, observed: Observed, usage: Usage | None, source: str) -> Record:
         flags: list[str] = list(usage.flags) if usage else []
+        flags += [f for f in observed.faults if f not in flags]
         if usage is None and ex.endpoint in METERED:
             flags.append("no_usage")
         u = usage or Usage(0, 0, 0, 0, None)

@@ -22,10 +22,10 @@ from prometheus_client.registry import Collector
 from pricing import Cost, PriceBook
 from proxy.ledger.record import COST_UNITS_PER_USD, Record
 from proxy.metrics.tally import Buckets, Sum, Tally
+from proxy.protocol.names import ENDPOINTS, FAULT_KINDS
 from proxy.settings import Settings
 
 OTHER = "other"
-ENDPOINTS = frozenset({"chat", "completions", "embeddings", "responses", "messages", "models", "other"})
 TOKEN_BUCKETS = (16, 64, 256, 1024, 4096, 16384, 32768, 65536, 131072, 262144, 524288, 1048576)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 PENDING_EVERY_S = 0.5
@@ -94,6 +94,12 @@ class Metrics:
                                      TOKEN_BUCKETS, shared)
         self.tagged_cost = Sum("llmmeter_tagged_cost_usd", "Cost by tag and workload class", ["tag", "workload"],
                                shared)
+        self.faults = Sum("llmmeter_metering_faults", "Usage fields or streams the readers could not use, by kind",
+                          ["kind"], shared)
+        # The kinds are a fixed set: each series exists from the start, at 0 (alerts need no absent()).
+        self._fault_adders = {kind: self.faults.adder((kind,)) for kind in sorted(FAULT_KINDS)}
+        for add in self._fault_adders.values():
+            add(0.0)
         # Gauges every worker sets alike: "max" shows the value once, with no pid label.
         budget = Gauge("llmmeter_monthly_budget_usd", "Configured monthly budgets", ["tenant"], registry=r,
                        multiprocess_mode="max")
@@ -109,7 +115,7 @@ class Metrics:
         if not multiproc:
             registry.register(Tally((self.requests, self.tokens, self.reasoning, self.cost, self.estimated,
                                      self.unpriced, self.duration, self.ttft, self.overhead, self.input_tokens,
-                                     self.output_tokens, self.tagged_cost)))
+                                     self.output_tokens, self.tagged_cost, self.faults)))
         else:
             from prometheus_client.multiprocess import MultiProcessCollector
 
@@ -135,6 +141,11 @@ class Metrics:
             k = self._prepare(raw)
         k.request(1.0)
         k.duration(rec.duration_ms / 1000)
+        if rec.flags:
+            for flag in rec.flags:
+                add = self._fault_adders.get(flag)
+                if add is not None:
+                    add(1.0)
         k.overhead(overhead_s)
         if rec.ttft_ms is not None:
             k.ttft(rec.ttft_ms / 1000)

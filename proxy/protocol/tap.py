@@ -12,8 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from proxy.protocol.names import CHAT_STYLE
 from proxy.protocol.sse import Block, SSEReader
 from proxy.protocol.usage import (
+    TAP_EVENT_ERROR,
     Observed,
     Usage,
     anthropic_observed,
@@ -59,7 +61,7 @@ class StreamTap:
         self.text_truncated = False  # completion_text() stopped at TEXT_CAP
         self.gave_up = False  # not SSE we can read (an event beyond MAX_PENDING): relayed untouched
         self.faults = 0  # events whose reading failed unexpectedly; relaying goes on regardless
-        chat = endpoint in ("chat", "completions")
+        chat = endpoint in CHAT_STYLE
         self._drop = drop_usage_only and chat
         self._reader = SSEReader()
         self._bypass = False
@@ -271,7 +273,8 @@ class StreamTap:
 
     def observed(self) -> Observed:
         usage = self._usage if self.endpoint != "messages" else self._anthropic_usage()
-        return Observed(usage, self._model, self._tier, self._speed, self._id)
+        return Observed(usage, self._model, self._tier, self._speed, self._id,
+                        (TAP_EVENT_ERROR,) if self.faults else ())
 
     def _anthropic_usage(self) -> Usage | None:
         if self._anth_start is None and self._anth_delta is None:

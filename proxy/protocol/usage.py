@@ -23,6 +23,8 @@ MAX_META = 256  # response metadata kept per record (model, tier, id)
 NEGATIVE_CLAMPED = "negative_clamped"
 INVALID_FIELD = "invalid_usage_field"
 PARTIAL_USAGE = "partial_usage"
+READER_ERROR = "reader_error"
+TAP_EVENT_ERROR = "tap_event_error"
 
 
 class _Fields:
@@ -147,6 +149,7 @@ class Observed:
     service_tier: str | None = None
     speed: str | None = None
     upstream_request_id: str | None = None
+    faults: tuple[str, ...] = ()  # what could not be read (proxy/protocol/names.py FAULT_KINDS)
 
 
 def meta(v: object) -> str | None:
@@ -192,7 +195,7 @@ def read_body(endpoint: str, body: bytes) -> tuple[Observed, Callable[[], str]]:
     try:
         observed = observe(obj)
     except Exception:  # an odd shape no reader foresaw: metering must never break the relay
-        return Observed(), str
+        return Observed(faults=(READER_ERROR,)), str
 
     def completion_text() -> str:
         try:

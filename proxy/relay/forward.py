@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from proxy.errors import Broken, MalformedResponse, PoolTimeout, StreamBroken, Unreachable, error_body
-from proxy.metering.meter import METERED, Exchange, Meter
+from proxy.metering.meter import Exchange, Meter
 from proxy.metrics.metrics import Metrics
+from proxy.protocol.names import METERED
 from proxy.protocol.tap import StreamTap
 from proxy.protocol.usage import Observed, read_body
 from proxy.relay.decode import Decoder, decoder_for
@@ -202,7 +203,7 @@ class _Stream:
             if self.decoder is not None and not self.decoded_out:
                 self.decoder.close()
                 if self.decoder.failed:
-                    await self.fwd.finish(ex, Observed(), tap.completion_text)
+                    await self.fwd.finish(ex, self._undecoded(), tap.completion_text)
                     return
             await self.fwd.finish(ex, tap.observed(), tap.completion_text)
             return
@@ -212,10 +213,14 @@ class _Stream:
         if self.decoder is not None:
             self.decoder.close()
             if self.decoder.failed:  # corrupt or past the cap: estimated, never lost
-                await self.fwd.finish(ex, Observed(), str)
+                await self.fwd.finish(ex, self._undecoded(), str)
                 return
         observed, text = read_body(ex.endpoint, bytes(self.buffered))
         await self.fwd.finish(ex, observed, text)
+
+    def _undecoded(self) -> Observed:
+        assert self.decoder is not None and self.decoder.failed is not None
+        return Observed(faults=("decode_" + self.decoder.failed,))  # decode_corrupt, decode_over_cap
 
     async def record_partial(self) -> None:
         """The response ended early (client gone, upstream failed): record what was seen."""

@@ -19,8 +19,9 @@ from typing import Any
 import orjson
 
 from proxy.errors import error_body
-from proxy.metering.meter import METERED, Exchange, Meter, bounded, clean_tag
+from proxy.metering.meter import Exchange, Meter, bounded, clean_tag
 from proxy.metrics.metrics import Metrics
+from proxy.protocol.names import CHAT_STYLE, ENDPOINT_PATHS, METERED
 from proxy.protocol.usage import Observed
 from proxy.relay.forward import Forwarder, Outbound, send_whole
 from proxy.server import DISCONNECT
@@ -32,10 +33,6 @@ Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
-ENDPOINTS = {
-    "/v1/chat/completions": "chat", "/v1/completions": "completions",
-    "/v1/embeddings": "embeddings", "/v1/responses": "responses", "/v1/messages": "messages",
-}
 
 
 class _TooLarge(Exception):
@@ -61,7 +58,7 @@ class Relay:
         # line), normalised once: it is what is checked, metered and forwarded.
         path = relay_path(scope.get("raw_path") or scope["path"].encode(), scope["path"])
         method: str = scope["method"]
-        endpoint = "other" if path is None else ENDPOINTS.get(path, "models" if path == "/v1/models" else "other")
+        endpoint = "other" if path is None else ENDPOINT_PATHS.get(path, "other")
         if method != "POST" and endpoint in METERED:
             endpoint = "other"
         anthropic = endpoint == "messages" or (path or "").startswith("/v1/messages")
@@ -105,7 +102,7 @@ class Relay:
                                anthropic, "not_found_error")
             return
         ex.upstream, ex.self_hosted = up.name, up.self_hosted
-        if ex.stream and endpoint in ("chat", "completions") and up.inject_include_usage:
+        if ex.stream and endpoint in CHAT_STYLE and up.inject_include_usage:
             body, drop_usage_only = _inject_include_usage(ex.request, body)
 
         out_headers = request_headers(headers, up, metered=endpoint in METERED, anthropic=anthropic,

@@ -98,7 +98,7 @@ def test_chat_tokens_and_cost_are_exact(fake: FakeUpstream, serve: Any, model: s
                         outcome="ok") == 1
     if reasoning:
         assert proxy.metric("llmmeter_reasoning_tokens_total", model=model) == reasoning
-    samples = proxy.metrics.metrics()
+    samples = proxy.metrics()
     # A category the request did not use has no series at all (as prometheus_client would show it).
     kinds = {dict(lbls)["type"] for (name, lbls) in samples if name == "llmmeter_tokens_total"}
     assert kinds == {kind for kind, n in (("input", inp), ("cache_read", cr), ("cache_write", cw),
@@ -197,12 +197,12 @@ def test_unknown_model_is_forwarded_and_counted_unpriced(fake: FakeUpstream, ser
     assert row["model_requested"] == "mystery-model-9"
     assert proxy.metric("llmmeter_unpriced_requests_total", model="other") == 1
     # A client-chosen name never becomes a label value.
-    assert "mystery-model-9" not in str(proxy.metrics.metrics())
+    assert "mystery-model-9" not in str(proxy.metrics())
 
 
 def test_price_gauges_show_prices_in_force(fake: FakeUpstream, serve: Any) -> None:
     proxy = serve(upstream=fake.base_url)
-    m = proxy.metrics.metrics()
+    m = proxy.metrics()
     key = ("llmmeter_price_per_million_usd", (("model", "kimi-k3.1-pro"), ("tier", "highspeed"), ("type", "output")))
     assert m[key] == 20.0
 

@@ -69,7 +69,7 @@ def test_two_workers_count_every_request_once(fake: FakeUpstream, serve: Any, tm
         assert proxy.metric("llmmeter_request_duration_seconds_count") == sent
         # Gauges every worker sets are shown once, without a pid label.
         assert proxy.metric("llmmeter_selfhost_node_tokens_per_second", phase="decode") > 0
-        assert not any("pid" in dict(labels) for _, labels in proxy.metrics.metrics())
+        assert not any("pid" in dict(labels) for _, labels in proxy.metrics())
 
     rows = proxy.rows(expect=sent)
     assert len(rows) == sent and {r["outcome"] for r in rows} == {"ok"}

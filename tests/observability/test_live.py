@@ -220,7 +220,7 @@ def test_every_panel_query_and_rule_runs_on_live_data(stack: tuple[Served, Prome
 
 def test_dashboards_and_rules_use_only_metrics_llmmeter_exports(stack: tuple[Served, Prometheus]) -> None:
     proxy, _ = stack
-    exported = {n for n, _ in proxy.metrics.metrics()}
+    exported = {n for n, _ in proxy.metrics()}
     recorded = {r["record"] for _, r in rules() if "record" in r}
     text = json.dumps([q.expr for q in panel_queries()] + [r["expr"] for _, r in rules()])
     used = set(re.findall(r"\bllmmeter_[a-z_]+", text))

@@ -34,7 +34,8 @@ def test_rules_are_valid() -> None:
     assert r.stdout.count("SUCCESS") == len(RULE_FILES)
     names = {r.get("alert") for _, r in rules()}
     assert {"LLMMeterTargetDown", "LLMMeterSpendRateAboveBudget", "LLMMeterUpstreamErrors",
-            "LLMMeterEstimatedUsageRising", "LLMMeterLedgerBacklogGrowing"} <= names
+            "LLMMeterEstimatedUsageRising", "LLMMeterLedgerBacklogGrowing", "LLMMeterMeteringFaults",
+            "LLMMeterLedgerRejectedRecords", "LLMMeterLedgerLostRecords"} <= names
 
 
 def test_promtool_rejects_a_broken_rule(tmp_path: Path) -> None:

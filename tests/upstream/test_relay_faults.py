@@ -265,7 +265,7 @@ def test_a_gzip_bomb_is_not_decompressed_past_the_cap(rogue: Rogue, serve: Any) 
     with httpx.stream("POST", proxy.base_url + "/chat/completions", json=CHAT, timeout=20) as r:
         assert r.status_code == 200 and b"".join(r.iter_raw()) == bomb  # relayed as it came
     [row] = proxy.rows(expect=1)
-    assert row["usage_source"] == "estimated"
+    assert row["usage_source"] == "estimated" and "decode_over_cap" in row["flags"]
     assert rss_peak_mb(proxy.proc.pid) - before < 100
 
 
@@ -277,6 +277,9 @@ def test_a_corrupt_gzip_body_still_writes_a_record(rogue: Rogue, serve: Any) -> 
     assert post(proxy).status_code == 200
     [row] = proxy.rows(expect=1)
     assert row["usage_source"] == "estimated" and row["outcome"] == "ok"
+    assert "decode_corrupt" in row["flags"]
+    assert proxy.metric("llmmeter_metering_faults_total", kind="decode_corrupt") == 1
+    assert proxy.metric("llmmeter_metering_faults_total", kind="decode_over_cap") == 0
 
 
 def test_the_injected_usage_chunk_is_removed_from_a_gzip_stream(rogue: Rogue, serve: Any) -> None:

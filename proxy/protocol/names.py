@@ -1,0 +1,34 @@
+"""The names the rest of llmmeter agrees on, each said once: endpoints, outcomes, workload
+classes and metering faults. They are label values on /metrics and values in the ledger
+(SPEC "HTTP surface", "Metrics", "Attribution"), so they never come from a client."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+# The client's path -> the endpoint it is metered as; any other /v1/* path is "other".
+ENDPOINT_PATHS: Mapping[str, str] = {
+    "/v1/chat/completions": "chat", "/v1/completions": "completions", "/v1/embeddings": "embeddings",
+    "/v1/responses": "responses", "/v1/messages": "messages", "/v1/models": "models",
+}
+METERED = frozenset({"chat", "completions", "embeddings", "responses", "messages"})
+ENDPOINTS = frozenset({*ENDPOINT_PATHS.values(), "other"})
+CHAT_STYLE = frozenset({"chat", "completions"})  # where llmmeter may ask for the usage chunk
+
+OUTCOMES = ("ok", "upstream_http_error", "upstream_unreachable", "upstream_timeout", "upstream_reset",
+            "upstream_malformed", "client_closed", "rejected")
+
+WORKLOADS = ("short", "medium", "long", "very_long")  # by input-side tokens, [workloads] bounds
+
+# A usage field or stream the readers could not use (llmmeter_metering_faults_total{kind}):
+# relaying goes on, the record says what happened in its flags.
+FAULT_KINDS = frozenset({
+    "invalid_usage_field",  # a usage count that is not a count (kept out, the rest read)
+    "negative_clamped",  # a subtraction that went below zero, clamped to 0
+    "reader_error",  # a response body no usage reader could read
+    "tap_event_error",  # a stream event no reader could read
+    "decode_corrupt",  # a compressed body that would not decompress
+    "decode_over_cap",  # a compressed body past server.max_decompressed_mb
+    "estimate_counter_failed",  # the token counter failed; the count is approximated
+    "pricing_failed",  # the price could not be computed; recorded unpriced
+})
