@@ -5,17 +5,32 @@ BIN    := $(VENV)/bin
 # Where `make run` forwards to; override: make run UPSTREAM=http://127.0.0.1:8000/v1
 UPSTREAM ?= https://api.moonshot.ai/v1
 
-.PHONY: run test lint typecheck unit bench bench-litellm system-deps llama-venv dashboard-check clean
+.PHONY: run test lint typecheck unit bench bench-litellm system-deps llama-venv dashboard-check clean lock
 
-$(BIN)/.installed: pyproject.toml
+# Installs come from the lock (requirements/*.txt: every package pinned, hashes checked);
+# llmmeter itself goes in last, without dependencies or build isolation (setuptools is locked).
+$(BIN)/.installed: requirements/runtime.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q --require-hashes -r requirements/runtime.txt
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
-$(BIN)/.installed-test: $(BIN)/.installed
-	$(BIN)/pip install -q -e '.[test]'
+$(BIN)/.installed-test: $(BIN)/.installed requirements/test.txt
+	$(BIN)/pip install -q --require-hashes -r requirements/test.txt
 	touch $@
+
+# `make lock` writes the lock from pyproject.toml's ranges: the test extra's tree first, then
+# the runtime tree within it, so both pin the same versions. Pins still in range are kept;
+# `make lock UPGRADE=1` moves every pin to the newest release the ranges allow.
+PIP_TOOLS := pip-tools==7.7.0
+LOCK_ARGS := --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url \
+  --no-emit-find-links --build-deps-for=editable --build-deps-for=wheel $(if $(UPGRADE),--upgrade)
+lock:
+	@set -e; tools="$$(mktemp -d)"; trap 'rm -rf "$$tools"' EXIT; \
+	$(PYTHON) -m venv "$$tools"; "$$tools/bin/pip" install -q $(PIP_TOOLS); \
+	export CUSTOM_COMPILE_COMMAND="make lock"; \
+	"$$tools/bin/pip-compile" $(LOCK_ARGS) --extra=test -o requirements/test.txt pyproject.toml; \
+	"$$tools/bin/pip-compile" $(LOCK_ARGS) -c requirements/test.txt -o requirements/runtime.txt pyproject.toml
 
 run: $(BIN)/.installed
 	mkdir -p data
