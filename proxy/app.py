@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,9 +26,11 @@ from proxy.metrics.metrics import Metrics
 from proxy.relay.handler import Receive, Relay, Scope, Send
 from proxy.server.protocol import ServerLimits
 from proxy.settings import Settings
+from proxy.startup import startup_lines
 from proxy.upstream.client import Upstreams
 from proxy.upstream.routing import Router
 
+log = logging.getLogger("llmmeter")
 
 @dataclass
 class Parts:
@@ -59,9 +62,9 @@ class LLMMeter:
         waiting = parts.metrics.pool_waiting
         self.upstreams = Upstreams(s.upstreams, s.connect_timeout_s, s.read_timeout_s,
                                    on_waiting=lambda name, delta: waiting.labels(name).inc(delta))
-        estimator = Estimator(s.estimate.encoding, s.estimate.per_model, engine=s.estimate.engine)
+        self.estimator = Estimator(s.estimate.encoding, s.estimate.per_model, engine=s.estimate.engine)
         self.group = GroupCommit(parts.ledger.append_many)
-        meter = Meter(parts.book, estimator, s.workloads, self.group, parts.metrics)
+        meter = Meter(parts.book, self.estimator, s.workloads, self.group, parts.metrics)
         self.relay = Relay(s, Router(s.upstreams), self.upstreams, meter, parts.metrics)
         self.admin = _admin_app(parts)
         # What the serving protocol (proxy/server/protocol.py) takes from the app it serves.
@@ -88,12 +91,15 @@ class LLMMeter:
                     loop = asyncio.get_running_loop()
                     self.group.bind(loop)
                     self.relay.loop = loop
+                    for line in startup_lines(self.parts.settings, self.parts.book, self.parts.ledger.journal_dir):
+                        log.info("%s", line)
                 except Exception as e:
                     await send({"type": "lifespan.startup.failed", "message": str(e)})
                     return
                 await send({"type": "lifespan.startup.complete"})
             elif msg["type"] == "lifespan.shutdown":
                 self.upstreams.close()
+                self.estimator.close()
                 self.group.bind(None)
                 await asyncio.to_thread(self.parts.ledger.close)
                 await send({"type": "lifespan.shutdown.complete"})

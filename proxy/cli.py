@@ -131,8 +131,10 @@ def _serve(args: argparse.Namespace) -> int:
         return 0
     from proxy.app import create_app
     from proxy.server.logs import QuietBrokenStreams
+    from proxy.server.logs import configure as configure_logs
 
     logging.getLogger("uvicorn.error").addFilter(QuietBrokenStreams())
+    configure_logs()
     app = create_app(s)
     gc.freeze()  # what start-up built lives as long as the process: keep it out of every collection
     uvicorn.run(app, **options)

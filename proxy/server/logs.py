@@ -16,3 +16,14 @@ class QuietBrokenStreams(logging.Filter):
         if isinstance(exc, StreamBroken):
             record.exc_info, record.msg, record.args = None, f"stream aborted: {exc}", ()
         return True
+
+
+def configure() -> None:
+    """llmmeter's own lines (start-up, upstream failures) beside uvicorn's, in its format."""
+    logger = logging.getLogger("llmmeter")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False  # not twice, should the root logger have a handler too

@@ -51,6 +51,7 @@ def worker_app() -> Any:
     from proxy import settings as config
     from proxy.app import create_app
     from proxy.server.logs import QuietBrokenStreams
+    from proxy.server.logs import configure as configure_logs
 
     handed = json.loads(os.environ[FLAGS_ENV])
     path = Path(handed["config"]) if handed["config"] else None
@@ -59,6 +60,7 @@ def worker_app() -> Any:
         flags["prices"] = Path(flags["prices"])
     s = config.resolve_api_keys(config.load(path, overrides=flags))
     logging.getLogger("uvicorn.error").addFilter(QuietBrokenStreams())
+    configure_logs()
     app = create_app(s)
     gc.freeze()  # as in a single process (proxy/cli.py)
     return app

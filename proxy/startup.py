@@ -1,0 +1,46 @@
+"""What `serve` says it will do, one line each, before the first request (SPEC "Commands"):
+where it listens, every upstream, the ledger and its journal, the prices in force, and
+whether keys, budgets and a metrics token are on. Nothing secret: URLs lose their
+credentials, keys and tokens are named, never shown."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from pricing import PriceBook
+from proxy.settings import Settings, redact_url
+
+
+def startup_lines(settings: Settings, book: PriceBook, journal_dir: Path, now: datetime | None = None) -> Iterator[str]:
+    s = settings
+    workers = f", {s.workers} workers" if s.workers > 1 else ""
+    yield f"listening on http://{s.host}:{s.port}{workers}"
+    for up in s.upstreams:
+        models = ", ".join(up.models) if up.models else "every model no other upstream claims"
+        via = f", via {without_credentials(up.proxy)}" if up.proxy and up.proxy != "none" else ""
+        anthropic = f" (messages: {without_credentials(up.anthropic_base_url)})" if up.anthropic_base_url else ""
+        key = f", key from {up.api_key_env}" if up.api_key_env else ""
+        yield f"upstream {up.name}: {without_credentials(up.base_url)}{anthropic}{via} for {models}{key}"
+    yield f"ledger {redact_url(s.ledger_url)}, journal in {journal_dir}"
+    prices = book.in_force(now or datetime.now(UTC))
+    newest = max((p.effective_from for p in prices), default=None)
+    yield (f"prices: {len(prices)} entries in force" +
+           (f", newest effective from {newest.date().isoformat()}" if newest else " (none: every call is unpriced)"))
+    keyed = sum(1 for t in s.tenants if t.key_sha256)
+    budgets = (1 if s.monthly_budget_usd else 0) + sum(1 for t in s.tenants if t.monthly_budget_usd)
+    yield (f"proxy keys {'required (' + str(keyed) + ' tenants)' if s.keys_required else 'off'}; "
+           f"budgets {str(budgets) + ' (alert only)' if budgets else 'off'}; "
+           f"metrics token {'on' if s.metrics_token else 'off'}")
+
+
+def without_credentials(url: str) -> str:
+    """The URL without user:password@ (an egress proxy's or an upstream's)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable URL>"
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
