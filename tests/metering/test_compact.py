@@ -26,7 +26,8 @@ from proxy.metering.estimate.compact import (
     compile_pattern,
     unassigned_ranges,
 )
-from proxy.metering.estimate.estimator import SUPPORTED_ENCODINGS, VOCABULARIES, Estimator, run
+from proxy.metering.estimate.estimator import SUPPORTED_ENCODINGS, VOCABULARIES, Estimator
+from proxy.metering.estimate.steps import run
 
 ROOT = Path(__file__).resolve().parents[2]
 

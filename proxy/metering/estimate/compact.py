@@ -32,7 +32,7 @@ from importlib import resources
 
 import regex
 
-from proxy.metering.estimate.estimator import run
+from proxy.metering.estimate.steps import run
 
 # tiktoken's own patterns (tiktoken_ext/openai_public.py, tiktoken 0.14); tests check they match.
 PATTERNS = {

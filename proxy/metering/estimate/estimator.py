@@ -35,14 +35,15 @@ import os
 import re
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol
+
+from proxy.metering.estimate.steps import Steps, T, run, run_in_thread
 
 if TYPE_CHECKING:  # both are imported by the first load: an idle llmmeter is 2.7 MB smaller
     import tiktoken
@@ -130,30 +131,6 @@ def _sha256(path: Path) -> str | None:
         return hashlib.sha256(path.read_bytes()).hexdigest()
     except OSError:
         return None
-
-
-Steps = Generator[None, None, int]  # a count that may pause; its value is the count
-T = TypeVar("T")
-
-
-def run(steps: Generator[None, None, T]) -> T:
-    """Drive a counting generator to its end without pausing."""
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-
-
-def run_in_thread(steps: Generator[None, None, T]) -> T:
-    """`run`, for a worker thread: at each pause it lets go of the GIL, so an event loop
-    waiting for it takes it now rather than after the 5 ms switch interval."""
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        time.sleep(0)
 
 
 class Counter(Protocol):
