@@ -36,7 +36,17 @@ run: $(BIN)/.installed
 	mkdir -p data
 	LLMMETER_UPSTREAM="$${LLMMETER_UPSTREAM:-$(UPSTREAM)}" $(BIN)/llmmeter serve
 
-test: $(BIN)/.installed-test system-deps llama-venv dashboard-check lint typecheck unit
+test: $(BIN)/.installed-test system-deps llama-venv dashboard-check docs lint typecheck unit
+
+# The documentation site (mkdocs.yml): --strict fails on a broken link, a missing anchor or
+# a page left out of the navigation. Built into build/site.
+.PHONY: docs
+docs: $(BIN)/.installed-docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+$(BIN)/.installed-docs: $(BIN)/.installed pyproject.toml
+	$(BIN)/pip install -q --no-build-isolation -e '.[docs]'
+	touch $@
 
 lint: $(BIN)/.installed-test
 	$(BIN)/ruff check proxy pricing tests bench
