@@ -19,8 +19,9 @@ $(BIN)/.installed-test: $(BIN)/.installed requirements/test.txt
 	$(BIN)/pip install -q --require-hashes -r requirements/test.txt
 	touch $@
 
-# `make lock` writes the lock from pyproject.toml's ranges: the test extra's tree first, then
-# the runtime tree within it, so both pin the same versions. Pins still in range are kept;
+# `make lock` writes the lock from pyproject.toml's ranges: what `make test` installs (the test
+# and docs extras) first, then the runtime tree within it, so both pin the same versions.
+# Pins still in range are kept;
 # `make lock UPGRADE=1` moves every pin to the newest release the ranges allow.
 PIP_TOOLS := pip-tools==7.7.0
 LOCK_ARGS := --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url \
@@ -29,7 +30,7 @@ lock:
 	@set -e; tools="$$(mktemp -d)"; trap 'rm -rf "$$tools"' EXIT; \
 	$(PYTHON) -m venv "$$tools"; "$$tools/bin/pip" install -q $(PIP_TOOLS); \
 	export CUSTOM_COMPILE_COMMAND="make lock"; \
-	"$$tools/bin/pip-compile" $(LOCK_ARGS) --extra=test -o requirements/test.txt pyproject.toml; \
+	"$$tools/bin/pip-compile" $(LOCK_ARGS) --extra=test --extra=docs -o requirements/test.txt pyproject.toml; \
 	"$$tools/bin/pip-compile" $(LOCK_ARGS) -c requirements/test.txt -o requirements/runtime.txt pyproject.toml
 
 run: $(BIN)/.installed
@@ -57,8 +58,10 @@ typecheck: $(BIN)/.installed-test
 unit: $(BIN)/.installed-test
 	$(BIN)/pytest
 
-# System parts some tests need; installed only when running as root on Debian.
-SYSTEM_PACKAGES := util-linux chromium cmake build-essential postgresql prometheus docker-compose openssl
+# System parts some tests need; installed only when running as root on Debian. podman, runc and
+# debootstrap build and run the Dockerfile's image in tests/deploy (no Docker engine, no registry).
+SYSTEM_PACKAGES := util-linux chromium cmake build-essential postgresql prometheus docker-compose openssl \
+  podman runc debootstrap
 system-deps:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \

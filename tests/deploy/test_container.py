@@ -1,0 +1,91 @@
+"""The Dockerfile built by podman and run: health, exact metering, a non-root process, a ledger
+that outlives its container.
+
+The container shares the host's network, so it reaches the fake upstream on 127.0.0.1. Its
+price tables are the ones shipped in the image; the expected dollars are computed here from
+kimi-k3.1-pro's standard prices in pricing/tables/kimi.toml.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from decimal import Decimal
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.deploy import podman
+from tests.deploy.conftest import Container
+from tests.fake_upstream import FakeUpstream
+
+pytestmark = pytest.mark.timeout(900)  # the first test builds the image: debootstrap and pip
+
+MODEL = "kimi-k3.1-pro"
+USAGE = {"prompt": 1200, "cached": 1000, "completion": 50}  # Moonshot: 200 fresh + 1000 cached
+TOKENS = {"input_tokens": 200, "cache_read_tokens": 1000, "cache_write_tokens": 0, "output_tokens": 50}
+USD = (200 * Decimal("2.00") + 1000 * Decimal("0.20") + 50 * Decimal("10.00")) / 10**6
+
+Start = Callable[[str, str], Container]
+
+
+def chat(c: Container, stream: bool = False) -> None:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "stream": stream}
+    headers = {"authorization": "Bearer sk-client", "x-fake-usage": json.dumps(USAGE)}
+    r = httpx.post(c.url + "/v1/chat/completions", json=body, headers=headers, timeout=10)
+    assert r.status_code == 200, r.text
+    assert "tok0" in r.text and ('data: [DONE]' in r.text) is stream
+
+
+def metric(c: Container, name: str, **labels: str) -> float:
+    text = httpx.get(c.url + "/metrics", timeout=5).text
+    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+               if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
+
+
+def test_image_runs_ready_as_a_non_root_user(container: Start, volume: str, fake: FakeUpstream,
+                                             image: str) -> None:
+    c = container(volume, fake.base_url)
+    assert httpx.get(c.url + "/healthz", timeout=5).json() == {"status": "ok"}
+    ready = httpx.get(c.url + "/readyz", timeout=5).json()
+    assert ready["ready"] and ready["ledger_writable"] and ready["price_tables_loaded"]
+    assert podman.run("image", "inspect", "--format", "{{.Config.User}}", image).stdout.strip() == "10001:10001"
+    status = dict(line.split(":", 1) for line in c.exec("cat", "/proc/1/status").splitlines())
+    assert status["Uid"].split() == ["10001"] * 4 and status["Gid"].split() == ["10001"] * 4
+    assert c.exec("id", "-un").strip() == "llmmeter" and c.exec("id", "-gn").strip() == "llmmeter"
+    assert c.exec("stat", "-c", "%u:%g", "/data/llmmeter.db").strip() == "10001:10001"
+    # The Dockerfile's HEALTHCHECK, run inside the container as podman would run it.
+    assert podman.run("healthcheck", "run", c.name, check=False).returncode == 0, c.logs()
+
+
+def test_a_proxied_call_is_metered_exactly(container: Start, volume: str, fake: FakeUpstream) -> None:
+    c = container(volume, fake.base_url)
+    chat(c)
+    chat(c, stream=True)
+    rows = c.ledger(expect=2)
+    assert len(rows) == 2 and sorted(r["stream"] for r in rows) == [False, True]
+    for row in rows:
+        assert {k: row[k] for k in TOKENS} == TOKENS
+        assert Decimal(row["cost_usd"]) == USD
+        assert (row["model"], row["tier"], row["usage_source"], row["outcome"]) == (MODEL, "standard",
+                                                                                     "upstream", "ok")
+    for kind, n in (("input", 200), ("cache_read", 1000), ("output", 50)):
+        assert metric(c, "llmmeter_tokens_total", model=MODEL, type=kind) == 2 * n
+    assert metric(c, "llmmeter_cost_usd_total", model=MODEL) == pytest.approx(float(2 * USD), rel=1e-12)
+    assert metric(c, "llmmeter_requests_total", model=MODEL, code="200", outcome="ok") == 2
+
+
+def test_the_ledger_on_its_volume_outlives_the_container(container: Start, volume: str,
+                                                         fake: FakeUpstream) -> None:
+    first = container(volume, fake.base_url)
+    chat(first)
+    assert len(first.ledger(expect=1)) == 1
+    first.stop()
+    first.remove()
+    second = container(volume, fake.base_url)
+    [row] = second.ledger(expect=1)
+    assert Decimal(row["cost_usd"]) == USD
+    chat(second)
+    assert len(second.ledger(expect=2)) == 2
+    assert metric(second, "llmmeter_requests_total", model=MODEL) == 1  # metrics are per process
