@@ -1,7 +1,9 @@
 """`llmmeter export`: per-request ledger rows as CSV or JSON Lines (SPEC "Ledger").
 
 Values are written exactly: money as a decimal string from integer units, times in
-RFC 3339 UTC. Rows are streamed, so an export of any size runs in constant memory.
+RFC 3339 UTC. A CSV text cell a client chose never opens as a spreadsheet formula
+(`spreadsheet_text`, used by every CSV llmmeter writes). Rows are streamed, so an export
+of any size runs in constant memory.
 `Output` is where `export --out` and `report --out` write: never the ledger, and all or nothing.
 """
 
@@ -10,28 +12,30 @@ from __future__ import annotations
 import contextlib
 import csv
 import os
-import re
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Literal, TextIO
-from zoneinfo import ZoneInfo
+from typing import TYPE_CHECKING, Literal, TextIO
 
 import orjson
 
 from pricing import format_usd
 from proxy.errors import OutputError
 from proxy.ledger.record import EXPORT_COLUMNS, Record
+from proxy.times import check_year, parse_when, rfc3339
+
+if TYPE_CHECKING:
+    from _csv import Writer as CsvWriter
+
+__all__ = ["EXPORT_COLUMNS", "Output", "check_output", "check_year", "csv_writer", "export_values", "parse_when",
+           "spreadsheet_text", "write_export"]
 
 _PROGRESS_EVERY = 1000
-_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-_DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})?$")
-_WHEN_HELP = "use YYYY-MM-DD or an RFC 3339 time such as 2026-11-01T00:00:00Z"
-# Years a command-line time may name: far enough from datetime's own limits (1 and 9999)
-# that no zone offset, next day or next month overflows.
-FIRST_YEAR, LAST_YEAR = 1900, 9998
+# What a spreadsheet takes for the start of a formula (OWASP, "CSV Injection").
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+# Export columns that hold numbers or times written by llmmeter, never a client's text.
+_NOT_TEXT = frozenset({"start", "price_effective_from", "cost_usd", "provider_cost_usd"})
 
 
 def write_export(rows: Iterable[Record], fmt: Literal["csv", "jsonl"], out: TextIO,
@@ -40,13 +44,14 @@ def write_export(rows: Iterable[Record], fmt: Literal["csv", "jsonl"], out: Text
     if fmt not in ("csv", "jsonl"):
         raise ValueError(f"unknown export format {fmt!r} (csv or jsonl)")
     n = 0
-    writer = csv.writer(out, lineterminator="\n") if fmt == "csv" else None
+    writer = csv_writer(out) if fmt == "csv" else None
     if writer is not None:
         writer.writerow(EXPORT_COLUMNS)
+    text = [name not in _NOT_TEXT for name in EXPORT_COLUMNS]
     for record in rows:
         values = export_values(record)
         if writer is not None:
-            writer.writerow(["" if v is None else _csv_text(v) for v in values])
+            writer.writerow([_csv_cell(v, t) for v, t in zip(values, text, strict=True)])
         else:
             out.write(orjson.dumps(dict(zip(EXPORT_COLUMNS, values, strict=True)),
                                    option=orjson.OPT_APPEND_NEWLINE).decode())
@@ -63,9 +68,9 @@ def export_values(r: Record) -> list[str | int | bool | None]:
     values: list[str | int | bool | None] = []
     for name in EXPORT_COLUMNS:
         if name == "start":
-            values.append(rfc3339_ms(r.start))
+            values.append(rfc3339(r.start, "milliseconds"))
         elif name == "cost_usd":
-            values.append(None if r.cost_units is None else usd(r.cost_units))
+            values.append(None if r.cost_units is None else format_usd(r.cost_units))
         elif name == "price_effective_from":
             values.append(None if r.price_effective_from is None else rfc3339(r.price_effective_from))
         else:
@@ -73,56 +78,38 @@ def export_values(r: Record) -> list[str | int | bool | None]:
     return values
 
 
-usd = format_usd  # exact dollars from ledger units, plain notation
+def csv_writer(out: TextIO) -> CsvWriter:
+    """A csv.writer for every CSV llmmeter writes: rows end in LF, and a cell holding a CR or LF is quoted.
+
+    Python 3.11's csv quotes only for the characters of its line terminator, so with "\\n" a
+    bare CR inside a cell would reach the file and a spreadsheet would start a new row there
+    (where a client's text could begin a formula). Rows are written ending "\\r\\n" and
+    `_LineFeed` makes that "\\n" again.
+    """
+    return csv.writer(_LineFeed(out), lineterminator="\r\n")
 
 
-def rfc3339_ms(t: datetime) -> str:
-    """UTC with milliseconds, e.g. 2026-11-03T14:05:09.123Z (sub-millisecond digits are cut, not rounded)."""
-    t = _utc(t)
-    return f"{t:%Y-%m-%dT%H:%M:%S}.{t.microsecond // 1000:03d}Z"
+class _LineFeed:
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+
+    def write(self, line: str) -> int:  # csv.writer writes each row whole, ending "\r\n"
+        return self.out.write(line[:-2] + "\n")
 
 
-def rfc3339(t: datetime) -> str:
-    """UTC, with a fraction only when there is one."""
-    t = _utc(t)
-    frac = f".{t.microsecond:06d}".rstrip("0") if t.microsecond else ""
-    return f"{t:%Y-%m-%dT%H:%M:%S}{frac}Z"
+def spreadsheet_text(value: str) -> str:
+    """A text cell a spreadsheet shows as text: one that would start a formula gets a leading `'`."""
+    return "'" + value if value.startswith(_FORMULA_START) else value
 
 
-def parse_when(s: str, tz: ZoneInfo) -> datetime:
-    """`--from`/`--to`: YYYY-MM-DD is midnight in `tz`; an RFC 3339 time is taken as given
-    (without an offset it is a wall time in `tz`)."""
-    text = s.strip().upper()
-    if _DATE.match(text):
-        try:
-            d = date.fromisoformat(text)
-        except ValueError as e:
-            raise ValueError(f"invalid date {s!r}: {e}") from None
-        check_year(d.year, repr(s))
-        return datetime(d.year, d.month, d.day, tzinfo=tz)
-    if not _DATETIME.match(text):
-        raise ValueError(f"invalid time {s!r}: {_WHEN_HELP}")
-    try:
-        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError as e:
-        raise ValueError(f"invalid time {s!r}: {e}") from None
-    check_year(t.year, repr(s))
-    return t if t.tzinfo is not None else t.replace(tzinfo=tz)
-
-
-def check_year(year: int, what: str) -> None:
-    if not FIRST_YEAR <= year <= LAST_YEAR:
-        raise ValueError(f"{what} is out of range: use a year from {FIRST_YEAR} to {LAST_YEAR}")
-
-
-def _csv_text(v: str | int | bool) -> str | int:
+def _csv_cell(v: str | int | bool | None, text: bool) -> str | int:
+    if v is None:
+        return ""
     if isinstance(v, bool):
         return "true" if v else "false"
+    if isinstance(v, str) and text:
+        return spreadsheet_text(v)
     return v
-
-
-def _utc(t: datetime) -> datetime:
-    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
 
 
 @dataclass(frozen=True, slots=True)

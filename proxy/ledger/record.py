@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from pricing import UNITS_PER_USD
+from proxy.times import parse_rfc3339, rfc3339
 
 # SPEC "Ledger": export columns, in this order; new ones are only ever appended.
 EXPORT_COLUMNS: tuple[str, ...] = (
@@ -80,13 +81,8 @@ class Record:
 
 
 def _iso(t: datetime | None) -> str | None:
-    if t is None:
-        return None
-    return t.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    return None if t is None else rfc3339(t, "microseconds")
 
 
 def _parse(s: str | None) -> datetime | None:
-    if s is None:
-        return None
-    t = datetime.fromisoformat(s.replace("Z", "+00:00"))
-    return t if t.tzinfo else t.replace(tzinfo=UTC)
+    return None if s is None else parse_rfc3339(s)

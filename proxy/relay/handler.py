@@ -135,7 +135,7 @@ class Relay:
 
     def _authenticate(self, headers: list[tuple[bytes, bytes]]) -> str | None:
         if not self.keys:
-            name = bounded((_header(headers, b"x-llmmeter-tenant") or "").strip())
+            name = clean_tag(_header(headers, b"x-llmmeter-tenant"))  # SPEC "Tenants": cleaned as tags are
             return name or "default"
         presented = _presented_key(headers)
         if presented is None:
