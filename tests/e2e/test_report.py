@@ -5,10 +5,8 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import shutil
-import subprocess
-from datetime import UTC, datetime
+import re
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -16,7 +14,8 @@ from typing import Any
 from openai import OpenAI
 
 from tests.fake_upstream import FakeUpstream
-from tests.strict import require
+from tests.report import browser
+from tests.report.dom import Page
 
 # The launch coverage's worked example, as two requests (each with 20M output tokens).
 WORKED = [({"prompt": 100_000_000, "completion": 20_000_000}, "rag-search"),
@@ -94,14 +93,8 @@ def test_empty_month_and_bad_month(serve: Any, fake: FakeUpstream, ledger_db: st
     assert bad.returncode == 2 and "use YYYY-MM" in bad.stderr
 
 
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic")
-
-
-def test_html_report_renders_its_charts_in_chromium(fake: FakeUpstream, serve: Any, tmp_path: Path) -> None:
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    require(browser is not None, "Debian's chromium is not installed (make test installs it as root)")
-    assert browser is not None
+def test_html_report_is_a_page_chromium_can_read(fake: FakeUpstream, serve: Any, tmp_path: Path) -> None:
+    browser.chromium()
     proxy = serve(upstream=fake.base_url)
     client = OpenAI(base_url=proxy.base_url, api_key="k", max_retries=0)
     for usage, _ in WORKED:
@@ -112,16 +105,58 @@ def test_html_report_renders_its_charts_in_chromium(fake: FakeUpstream, serve: A
     report(proxy, "--format", "html", "--out", str(page))
     text = page.read_text()
     # Self-contained: nothing to fetch (the SVG namespace is a name, not a fetch).
-    assert not [w for w in ("src=", "href=", "<link", "url(", "@import") if w in text]
-    shot = tmp_path / "report.png"
-    env = {**os.environ, "HOME": str(tmp_path)}  # a throwaway profile
-    run = subprocess.run([browser, *CHROMIUM_FLAGS, "--enable-logging=stderr", "--v=0", "--window-size=900,2400",
-                          f"--screenshot={shot}", page.as_uri()], capture_output=True, text=True, timeout=120,
-                         env=env, cwd=tmp_path)
-    assert shot.exists() and shot.stat().st_size > 20_000, run.stderr[-2000:]
-    assert "CONSOLE" not in run.stderr or "Uncaught" not in run.stderr, run.stderr[-2000:]
-    dom = subprocess.run([browser, *CHROMIUM_FLAGS, "--dump-dom", page.as_uri()], capture_output=True, text=True,
-                         timeout=120, env=env, cwd=tmp_path)
-    # The page's own script counts the charts the browser built: it ran, and found all five.
-    assert 'data-charts="6"' in dom.stdout, dom.stderr[-2000:]
-    assert dom.stdout.count('class="bar"') > 24 and "you are here" in dom.stdout
+    assert not [w for w in ("src=", "href=", "<link", "url(", "@import", "<script") if w in text]
+    dom = Page(browser.dump_dom(page))
+    tables = {t.section: t for t in dom.tables}
+    assert tables["by_model"].total[-2:] == ["$674.00", "100.0%"]
+    assert [c.name for c in dom.charts] == ["daily-cost", "token-mix", "cache-by-day", "tag-workload", "hourly",
+                                            "breakeven"]
+    assert all(c.texts.get("y-tick") and c.texts.get("x-title") and c.texts.get("y-title") for c in dom.charts)
+    even = {c.name: c for c in dom.charts}["breakeven"]
+    assert any(t.startswith("this month: 240 M tokens, $674.00") for t in even.texts["mark-label"])
+    assert not re.search(r"\d[eE][+-]?\d", dom.text)
+    browser.screenshot(page, tmp_path / "report.png")
+
+
+HOSTILE_MODEL = '=HYPERLINK("http://evil","x")'
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def test_every_csv_llmmeter_writes_opens_as_text_in_a_spreadsheet(fake: FakeUpstream, serve: Any,
+                                                                    tmp_path: Path) -> None:
+    proxy = serve(upstream=fake.base_url)
+    client = OpenAI(base_url=proxy.base_url, api_key="k", max_retries=0)
+    sent = [(HOSTILE_MODEL, "=1+1", "+x", "@x"), ("+model", "@user", "-x", "-team"),
+            ("kimi-k3.1-pro", "-1", "rag search!", "t" * 100)]
+    for model, user, tag, tenant in sent:
+        client.chat.completions.create(model=model, user=user, messages=[{"role": "user", "content": "x"}],
+                                       extra_headers={"x-llmmeter-tag": tag, "x-llmmeter-tenant": tenant})
+    rows = proxy.rows(expect=3)
+    # The tenant header is cleaned exactly as the tag header: the same characters, at most 64 of them.
+    assert [(r["tag"], r["tenant"]) for r in rows] == [("_x", "_x"), ("-x", "-team"), ("rag_search_", "t" * 64)]
+
+    today = datetime.now(UTC).date()
+    window = ("--from", today.isoformat(), "--to", (today + timedelta(days=1)).isoformat(), "--db", proxy.db_url)
+    exported = proxy.cli("export", *window)
+    assert exported.returncode == 0, exported.stderr
+    out = tmp_path / "export.csv"
+    assert proxy.cli("export", *window, "--out", str(out)).returncode == 0
+    assert out.read_text() == exported.stdout
+    report_out = tmp_path / "report.csv"
+    report(proxy, "--format", "csv", "--out", str(report_out))
+    for name, text in (("export", exported.stdout), ("report", report(proxy, "--format", "csv")),
+                       ("report --out", report_out.read_text())):
+        cells = [c for row in csv.reader(io.StringIO(text, newline="")) for c in row]
+        assert not [c for c in cells if c.startswith(FORMULA_START)], name
+    export = list(csv.DictReader(io.StringIO(exported.stdout, newline="")))
+    assert [(r["model_requested"], r["end_user"], r["tag"], r["tenant"]) for r in export] == [
+        ("'" + HOSTILE_MODEL, "'=1+1", "_x", "_x"), ("'+model", "'@user", "'-x", "'-team"),
+        ("kimi-k3.1-pro", "'-1", "rag_search_", "t" * 64)]
+    assert all(r["cost_usd"] == "" or r["cost_usd"][0].isdigit() for r in export)
+    by_model = [r["model"] for r in csv.DictReader(io.StringIO(report(proxy, "--format", "csv"), newline=""))
+                if r["section"] == "by_model"]
+    assert "'" + HOSTILE_MODEL in by_model and "'+model" in by_model
+    # JSON Lines keeps what the client sent.
+    jsonl = [json.loads(line) for line in proxy.cli("export", *window, "--format", "jsonl").stdout.splitlines()]
+    assert [(r["model_requested"], r["end_user"]) for r in jsonl] == [
+        (HOSTILE_MODEL, "=1+1"), ("+model", "@user"), ("kimi-k3.1-pro", "-1")]

@@ -1,0 +1,43 @@
+"""The report as one long CSV table with a leading `section` column (SPEC "Monthly report").
+
+Rows and columns are the JSON format's; a text cell a client could have chosen (a model,
+tenant or tag name) never opens as a spreadsheet formula (SPEC "Ledger").
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from proxy.export import csv_writer, spreadsheet_text
+from proxy.report.formats.json import report_dict
+from proxy.report.model import Report
+
+SECTIONS = ("totals", "by_model", "by_tenant", "by_tag", "by_workload", "by_tag_workload", "daily", "hourly")
+# Columns whose text is a number llmmeter wrote: never altered.
+_NUMBERS = frozenset({"cost_usd"})
+
+
+def render_csv(r: Report) -> str:
+    d = report_dict(r)
+    tables: list[tuple[str, list[dict[str, Any]]]] = [("totals", [d["totals"]])]
+    tables += [(name, d[name]) for name in SECTIONS[1:-1]] + [("hourly", d["hourly_profile"])]
+    columns: list[str] = ["section"]
+    for _, rows in tables:
+        for row in rows:
+            columns += [k for k in row if k not in columns]
+    out = io.StringIO()
+    w = csv_writer(out)
+    w.writerow(columns)
+    for name, rows in tables:
+        for row in rows:
+            w.writerow([name, *(_cell(k, row[k]) if k in row else "" for k in columns[1:])])
+    return out.getvalue()
+
+
+def _cell(column: str, value: Any) -> Any:
+    if isinstance(value, dict):  # cost_by_model_tier: written as it always was, one text cell
+        value = str(value)
+    if isinstance(value, str) and column not in _NUMBERS:
+        return spreadsheet_text(value)
+    return value

@@ -1,0 +1,130 @@
+"""The report as one self-contained web page: inline CSS and SVG, nothing fetched to open it."""
+
+from __future__ import annotations
+
+from proxy.report.formats.charts import Chart, all_charts
+from proxy.report.formats.svg import esc, legend
+from proxy.report.formats.tables import Table, report_tables
+from proxy.report.model import Report
+from proxy.report.numbers import compact, count, money, percent
+from proxy.times import rfc3339
+
+_CSS = """
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0; color: #1d2433; background: #fff; }
+main { max-width: 1120px; margin: 0 auto; padding: 24px 20px 48px; }
+h1 { font-size: 24px; margin: 0 0 4px; } h2 { font-size: 18px; margin: 36px 0 8px; border-bottom: 1px solid #dde3ea;
+  padding-bottom: 4px; } h3 { font-size: 15px; margin: 22px 0 6px; }
+.meta { color: #5b6472; margin: 0 0 16px; }
+.cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(150px, 1fr)); gap: 10px; margin: 16px 0; }
+.card { border: 1px solid #dde3ea; border-radius: 6px; padding: 10px 12px; background: #f7f9fc; }
+.card .k { font-size: 12px; color: #5b6472; } .card .v { font-size: 22px; font-weight: 600; }
+.card .s { font-size: 12px; color: #5b6472; }
+.summary { background: #eef4fb; padding: 10px 14px; border-left: 4px solid #0072b2; }
+.warn { background: #fff4e5; padding: 10px 14px; border-left: 4px solid #e69f00; }
+.scroll { overflow-x: auto; }
+table { border-collapse: collapse; font-size: 13px; font-variant-numeric: tabular-nums; margin: 4px 0 6px; }
+caption { text-align: left; font-weight: 600; padding: 4px 0; }
+th, td { padding: 4px 8px; border-bottom: 1px solid #e6eaef; vertical-align: bottom; white-space: nowrap; }
+td.prose { white-space: normal; }
+th { background: #f2f5f9; text-align: left; font-weight: 600; white-space: nowrap; }
+th .unit { display: block; font-weight: 400; font-size: 11px; color: #5b6472; }
+.n { text-align: right; white-space: nowrap; }
+tbody tr:hover { background: #f7f9fc; }
+tfoot td { font-weight: 600; border-top: 2px solid #9aa5b1; border-bottom: none; }
+.note { color: #5b6472; font-size: 12.5px; margin: 4px 0 0; }
+figure { margin: 8px 0 20px; } figcaption { font-weight: 600; margin-bottom: 4px; }
+svg { display: block; max-width: 100%; height: auto; background: #fff; }
+svg .grid { stroke: #e6eaef; } svg .axis, svg .tick-mark { stroke: #5b6472; }
+svg .tick { font-size: 12px; fill: #3d4552; } svg .axis-title { font-size: 13px; fill: #1d2433; font-weight: 600; }
+svg .bar:hover { opacity: .75; } svg .line { fill: none; stroke-width: 3; }
+svg .line-label, svg .mark-label { font-size: 13px; font-weight: 600; paint-order: stroke; stroke: #fff;
+  stroke-width: 4px; stroke-linejoin: round; }
+svg .guide { stroke: #5b6472; stroke-dasharray: 3 3; } svg .mark { stroke: #fff; stroke-width: 2; }
+svg .region-left { fill: #0072b2; opacity: .05; } svg .region-right { fill: #e69f00; opacity: .07; }
+svg .region { font-size: 12px; fill: #5b6472; font-style: italic; }
+.legend { list-style: none; display: flex; flex-wrap: wrap; gap: 4px 18px; padding: 0; margin: 0 0 6px;
+  font-size: 12.5px; }
+.legend .swatch { display: inline-block; width: 12px; height: 12px; border-radius: 2px; margin-right: 6px;
+  vertical-align: -1px; }
+@media print { h2 { break-after: avoid; } figure, table { break-inside: avoid; } }
+"""
+
+
+def render_html(r: Report) -> str:
+    tables = report_tables(r)
+    charts = {c.key: c for c in all_charts(r)}
+    scope = f", tenant {r.tenant}" if r.tenant else ""
+    title = f"llmmeter usage report: {r.month} ({r.timezone}{scope})"
+    body = [
+        f"<h1>{esc(title)}</h1>",
+        f'<p class="meta">Generated {esc(rfc3339(r.generated_at, "seconds"))}. Money in US dollars; '
+        f"days and hours in {esc(r.timezone)}. Hover over a bar, line or point for its exact value.</p>",
+        _cards(r),
+        f'<p class="summary">{esc(r.self_hosting.summary)}</p>',
+    ]
+    if r.unpriced_models:
+        body.append(f'<p class="warn">Unpriced models (their cost is unknown and not in the totals): '
+                    f"{esc(', '.join(r.unpriced_models))}.</p>")
+    body += ["<h2>Cost</h2>", _figure(charts["daily-cost"]), _table(tables["by_model"]),
+             "<h2>Tokens</h2>", _figure(charts["token-mix"]), _table(tables["totals"]), _figure(charts["cache-by-day"]),
+             "<h2>Who and what</h2>", _table(tables["by_tenant"]), _table(tables["by_tag"]),
+             _figure(charts["tag-workload"]), _table(tables["by_workload"]), _table(tables["by_tag_workload"]),
+             "<h2>When</h2>", _figure(charts["hourly"]), _forecast(r), _table(tables["daily"]),
+             "<h2>What if</h2>", _table(tables["what_if"]),
+             "<h2>Self-hosting</h2>", _figure(charts["breakeven"]), _table(tables["self_hosting"]),
+             _table(tables["assumptions"])]
+    return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{esc(title)}</title>'
+            f"<style>{_CSS}</style></head>\n<body><main>\n" + "\n".join(body) + "\n</main></body></html>\n")
+
+
+def _cards(r: Report) -> str:
+    t, f, sh = r.totals.usage, r.forecast, r.self_hosting
+    cards = [("Cost this month", money(t.cost_units), f"{count(r.totals.unpriced_requests)} unpriced requests"),
+             ("Requests", count(t.requests), f"{percent(r.estimated_share)} with estimated usage"),
+             ("Tokens", compact(t.billed_tokens), "input, cache and output"),
+             ("Cache-hit rate", percent(r.cache_hit_rate), "of input-side tokens")]
+    if not f.month_complete:
+        cards.append(("Forecast for the month", money(f.projected_cost_units),
+                      f"{compact(f.projected_tokens)} tokens at the run-rate so far"))
+    if sh.api_tokens:
+        cards.append(("Self-hosting breaks even at", f"{sh.volume_multiple_to_breakeven:,.1f}x",
+                      f"this month's volume ({compact(sh.breakeven_monthly_tokens)} tokens/month)"))
+    return '<div class="cards">' + "".join(
+        f'<div class="card"><div class="k">{esc(k)}</div><div class="v">{esc(v)}</div><div class="s">{esc(s)}'
+        f"</div></div>" for k, v, s in cards) + "</div>"
+
+
+def _forecast(r: Report) -> str:
+    f = r.forecast
+    if f.month_complete:
+        return ""
+    return (f'<p class="note">Forecast: {esc(money(f.projected_cost_units))} and {esc(count(f.projected_tokens))} '
+            f"tokens by month end ({esc(f.method)}).</p>")
+
+
+def _figure(c: Chart) -> str:
+    note = f'<p class="note">{esc(c.note)}</p>' if c.note else ""
+    return f"<figure><figcaption>{esc(c.title)}</figcaption>{legend(c.legend)}{c.svg}{note}</figure>"
+
+
+def _table(t: Table) -> str:
+    def head(i: int) -> str:
+        c = t.columns[i]
+        unit = f'<span class="unit">{esc(c.unit)}</span>' if c.unit else ""
+        return f'<th scope="col"{_align(i, t)}>{esc(c.title)}{unit}</th>'
+
+    def row(values: tuple[str, ...]) -> str:
+        return "<tr>" + "".join(f"<td{_align(i, t)}>{esc(v)}</td>" for i, v in enumerate(values)) + "</tr>"
+
+    foot = f"<tfoot>{row(t.total)}</tfoot>" if t.total else ""
+    body = "".join(row(v) for v in t.rows) or f'<tr><td colspan="{len(t.columns)}">No requests this month.</td></tr>'
+    note = f'<p class="note">{esc(t.note)}</p>' if t.note else ""
+    return (f'<div class="scroll"><table data-section="{esc(t.key)}"><caption>{esc(t.title)}</caption>'
+            f"<thead><tr>{''.join(head(i) for i in range(len(t.columns)))}</tr></thead>"
+            f"<tbody>{body}</tbody>{foot}</table></div>{note}")
+
+
+def _align(i: int, t: Table) -> str:
+    c = t.columns[i]
+    return ' class="n"' if c.numeric else ' class="prose"' if c.prose else ""

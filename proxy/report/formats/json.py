@@ -1,0 +1,84 @@
+"""The report as JSON: SPEC "Monthly report"'s keys, money as exact decimal strings."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pricing import format_usd
+from proxy.report.model import Day, Report, SelfHosting, Usage
+from proxy.times import rfc3339
+
+
+def render_json(r: Report) -> str:
+    return json.dumps(report_dict(r), indent=2) + "\n"
+
+
+def report_dict(r: Report) -> dict[str, Any]:
+    """The JSON contract as a dict; the csv format writes the same rows."""
+    t = r.totals
+    d: dict[str, Any] = {
+        "month": r.month, "timezone": r.timezone, "tenant": r.tenant,
+        "generated_at": rfc3339(r.generated_at, "seconds"),
+        "totals": {"requests": t.usage.requests, **tokens(t.usage), "estimated_requests": t.estimated_requests,
+                   "unpriced_requests": t.unpriced_requests, "cost_usd": format_usd(t.usage.cost_units)},
+        "cache_hit_rate": r.cache_hit_rate, "estimated_share": r.estimated_share,
+        "unpriced_models": list(r.unpriced_models),
+    }
+    d.update(sections(r))
+    d["workload_summary"] = r.workload_summary
+    d["daily"] = [day(x) for x in r.daily]
+    d["hourly_profile"] = [{"hour": h.hour, "requests": h.requests, "tokens": h.tokens} for h in r.hourly_profile]
+    d["peak_to_offpeak_ratio"] = r.peak_to_offpeak_ratio
+    f, w = r.forecast, r.what_if
+    d["forecast"] = {"month_complete": f.month_complete, "projected_cost_usd": format_usd(f.projected_cost_units),
+                     "projected_tokens": f.projected_tokens, "method": f.method}
+    d["what_if"] = {"all_standard_usd": format_usd(w.all_standard_units),
+                    "all_highspeed_usd": format_usd(w.all_highspeed_units),
+                    "without_cache_usd": format_usd(w.without_cache_units)}
+    if r.reprice is not None:
+        d["reprice"] = {"at": rfc3339(r.reprice.at, "auto"), "cost_usd": format_usd(r.reprice.cost_units)}
+    d["self_hosting"] = self_hosting(r.self_hosting)
+    return d
+
+
+def tokens(u: Usage) -> dict[str, int]:
+    return {"input_tokens": u.input_tokens, "cache_read_tokens": u.cache_read_tokens,
+            "cache_write_tokens": u.cache_write_tokens, "output_tokens": u.output_tokens,
+            "reasoning_tokens": u.reasoning_tokens}
+
+
+def _usage(u: Usage, share: float) -> dict[str, Any]:
+    return {"requests": u.requests, **tokens(u), "cost_usd": format_usd(u.cost_units), "cost_share": share}
+
+
+def sections(r: Report) -> dict[str, list[dict[str, Any]]]:
+    """The breakdowns (by_model ... by_tag_workload), in the contract's order."""
+    return {
+        "by_model": [{"model": x.model, "tier": x.tier, "upstream": x.upstream, **_usage(x.usage, x.cost_share)}
+                     for x in r.by_model],
+        "by_tenant": [{"tenant": x.tenant, **_usage(x.usage, x.cost_share), "input_tokens_p50": x.input_tokens_p50,
+                       "input_tokens_p95": x.input_tokens_p95} for x in r.by_tenant],
+        "by_tag": [{"tag": x.tag, **_usage(x.usage, x.cost_share), "cache_hit_rate": x.usage.cache_hit_rate}
+                   for x in r.by_tag],
+        "by_workload": [{"workload": x.workload, "min_input_tokens": x.min_input_tokens,
+                         **_usage(x.usage, x.cost_share), "cache_hit_rate": x.usage.cache_hit_rate}
+                        for x in r.by_workload],
+        "by_tag_workload": [{"tag": x.tag, "workload": x.workload, **_usage(x.usage, x.cost_share)}
+                            for x in r.by_tag_workload],
+    }
+
+
+def day(x: Day) -> dict[str, Any]:
+    return {"date": x.date.isoformat(), "requests": x.usage.requests, **tokens(x.usage),
+            "cost_usd": format_usd(x.usage.cost_units),
+            "cost_by_model_tier": {k: format_usd(v) for k, v in x.cost_by_model_tier}}
+
+
+def self_hosting(sh: SelfHosting) -> dict[str, Any]:
+    return {"assumptions": {a.name: {"value": a.value, "source": a.source} for a in sh.assumptions},
+            "monthly_cost_usd": format_usd(sh.monthly_cost_units), "api_cost_usd": format_usd(sh.api_cost_units),
+            "api_tokens": sh.api_tokens, "breakeven_monthly_tokens": sh.breakeven_monthly_tokens,
+            "volume_multiple_to_breakeven": sh.volume_multiple_to_breakeven,
+            "peak_hour_tokens_per_s": sh.peak_hour_tokens_per_s, "peak_fits": sh.peak_fits,
+            "utilisation": sh.utilisation, "summary": sh.summary}

@@ -1,0 +1,52 @@
+"""The report as Markdown, for a terminal or a wiki page."""
+
+from __future__ import annotations
+
+from proxy.report.formats.tables import Table, report_tables
+from proxy.report.model import Report
+from proxy.report.numbers import count, money, percent
+
+
+def render_md(r: Report) -> str:
+    tables = report_tables(r)
+    t = r.totals
+    scope = f", tenant {r.tenant}" if r.tenant else ""
+    parts = [f"# llmmeter usage report: {r.month} ({r.timezone}{scope})", "",
+             f"**{money(t.usage.cost_units)}** for {count(t.usage.requests)} requests; cache-hit rate "
+             f"{percent(r.cache_hit_rate)}; {percent(r.estimated_share)} of requests had estimated usage.", ""]
+    if r.unpriced_models:
+        parts += [f"Unpriced models (cost unknown): {', '.join(map(_cell, r.unpriced_models))}.", ""]
+    for key in ("totals", "by_model", "by_tenant", "by_tag", "by_workload", "by_tag_workload"):
+        parts += _section(tables[key])
+    parts += [r.workload_summary, ""]
+    parts += _section(tables["daily"])
+    peak = max(r.hourly_profile, key=lambda h: h.tokens)
+    parts += [f"Busiest local hour: {peak.hour:02d}:00 ({count(peak.tokens)} tokens). Peak-to-off-peak "
+              f"ratio {r.peak_to_offpeak_ratio:.2f} (mean tokens of the 4 busiest hours over the 12 quietest).", ""]
+    f = r.forecast
+    if not f.month_complete:
+        parts += [f"Forecast: {money(f.projected_cost_units)} and {count(f.projected_tokens)} tokens by month "
+                  f"end ({f.method}).", ""]
+    parts += _section(tables["what_if"])
+    parts += ["## Self-hosting", "", r.self_hosting.summary, "", _table(tables["self_hosting"]), "",
+              _table(tables["assumptions"]), ""]
+    return "\n".join(parts)
+
+
+def _section(table: Table) -> list[str]:
+    lines = [f"## {table.title}", "", _table(table), ""]
+    return lines + ([table.note, ""] if table.note else [])
+
+
+def _table(table: Table) -> str:
+    headers = [f"{c.title} ({c.unit})" if c.unit and c.unit != "count" else c.title for c in table.columns]
+    lines = ["| " + " | ".join(headers) + " |",
+             "|" + "".join("---:|" if c.numeric else "---|" for c in table.columns)]
+    rows = [*table.rows, *((tuple(f"**{v}**" if v else "" for v in table.total),) if table.total else ())]
+    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _cell(text: str) -> str:
+    """A client's model or tag name cannot break the table or start a link."""
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").replace("\r", " ")

@@ -1,0 +1,165 @@
+"""The monthly report as typed data, built once (build.py) and rendered by each format.
+
+Money is integer 10^-10 USD (`*_units`), as in the ledger; a format turns it into text.
+Field order follows SPEC "Monthly report", so the JSON format can walk it as written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Requests, the five token counts and their cost: one row's sums."""
+
+    requests: int = 0
+    input_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    cost_units: int = 0
+
+    @property
+    def input_side(self) -> int:
+        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
+
+    @property
+    def billed_tokens(self) -> int:
+        """The four billing categories; reasoning is inside output."""
+        return self.input_side + self.output_tokens
+
+    @property
+    def cache_hit_rate(self) -> float:
+        return self.cache_read_tokens / self.input_side if self.input_side else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    usage: Usage
+    estimated_requests: int
+    unpriced_requests: int
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRow:
+    model: str
+    tier: str
+    upstream: str
+    usage: Usage
+    cost_share: float
+
+
+@dataclass(frozen=True, slots=True)
+class TenantRow:
+    tenant: str
+    usage: Usage
+    cost_share: float
+    input_tokens_p50: int
+    input_tokens_p95: int
+
+
+@dataclass(frozen=True, slots=True)
+class TagRow:
+    tag: str
+    usage: Usage
+    cost_share: float
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadRow:
+    workload: str
+    min_input_tokens: int
+    usage: Usage
+    cost_share: float
+
+
+@dataclass(frozen=True, slots=True)
+class TagWorkloadRow:
+    tag: str
+    workload: str
+    usage: Usage
+    cost_share: float
+
+
+@dataclass(frozen=True, slots=True)
+class Day:
+    date: date
+    usage: Usage
+    cost_by_model_tier: tuple[tuple[str, int], ...]  # ("model/tier", units), sorted by name
+
+
+@dataclass(frozen=True, slots=True)
+class Hour:
+    hour: int  # local hour of day, 0-23
+    requests: int
+    tokens: int  # the four billing categories
+
+
+@dataclass(frozen=True, slots=True)
+class Forecast:
+    month_complete: bool
+    projected_cost_units: int
+    projected_tokens: int
+    method: str
+
+
+@dataclass(frozen=True, slots=True)
+class WhatIf:
+    all_standard_units: int
+    all_highspeed_units: int
+    without_cache_units: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reprice:
+    at: datetime
+    cost_units: int
+
+
+@dataclass(frozen=True, slots=True)
+class Assumption:
+    name: str
+    value: str
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class SelfHosting:
+    assumptions: tuple[Assumption, ...]
+    monthly_cost_units: int
+    api_cost_units: int
+    api_tokens: int
+    breakeven_monthly_tokens: int
+    volume_multiple_to_breakeven: float
+    peak_hour_tokens_per_s: float
+    peak_fits: bool
+    utilisation: float
+    summary: str
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    month: str  # YYYY-MM
+    timezone: str
+    tenant: str | None
+    generated_at: datetime
+    totals: Totals
+    cache_hit_rate: float
+    estimated_share: float
+    unpriced_models: tuple[str, ...]
+    by_model: tuple[ModelRow, ...]
+    by_tenant: tuple[TenantRow, ...]
+    by_tag: tuple[TagRow, ...]
+    by_workload: tuple[WorkloadRow, ...]
+    by_tag_workload: tuple[TagWorkloadRow, ...]
+    workload_summary: str
+    daily: tuple[Day, ...]
+    hourly_profile: tuple[Hour, ...]
+    peak_to_offpeak_ratio: float
+    forecast: Forecast
+    what_if: WhatIf
+    reprice: Reprice | None  # only with --reprice-at
+    self_hosting: SelfHosting

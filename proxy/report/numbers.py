@@ -1,0 +1,84 @@
+"""Numbers as people read them: money, token counts, shares. The one place every format takes them from.
+
+SPEC: money shown to people keeps enough digits that a non-zero amount never reads as
+`$0.00`. Nothing here writes scientific notation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from decimal import Context, Decimal, localcontext
+
+from pricing import usd
+
+_CENT = Decimal("0.01")
+_SUFFIXES = ((10**12, "T"), (10**9, "B"), (10**6, "M"), (10**3, "k"))
+
+
+def money(units: int) -> str:
+    """10^-10 USD units as dollars and cents, e.g. `$1,234.57`; below a cent, two significant digits (`$0.0008`)."""
+    return money_decimal(usd(units))
+
+
+def money_decimal(d: Decimal) -> str:
+    sign, d = ("-" if d < 0 else ""), abs(d)
+    with localcontext(Context(prec=80)):  # a ledger's sums can pass the default 28 digits
+        cents = d.quantize(_CENT)
+        if cents or not d:
+            return f"{sign}${cents:,}"
+        two_digits = d.quantize(Decimal(1).scaleb(d.adjusted() - 1))  # 0.000812 -> 0.00081
+    return f"{sign}${format(two_digits.normalize(), 'f')}"
+
+
+def count(n: int) -> str:
+    """An exact count with thousands separators: 1,355,002,117."""
+    return f"{n:,}"
+
+
+def compact(v: float, digits: int = 3) -> str:
+    """A large number in a few digits with a word-like suffix: 1.36 B, 52.3 M, 12.5 k, 950."""
+    a = abs(v)
+    for size, suffix in _SUFFIXES:
+        if a >= size * 0.9995:  # 999,600 reads "1 M", not "1000 k"
+            return f"{_significant(v / size, digits)} {suffix}"
+    return _significant(v, digits)
+
+
+def tokens(n: float) -> str:
+    return f"{compact(n)} tokens"
+
+
+def money_compact(d: float) -> str:
+    """Dollars for an axis or a label: $86.78, $0.0008, $55,961, $1.2 M."""
+    a = abs(d)
+    sign = "-" if d < 0 else ""
+    if a >= 10**6:
+        return f"{sign}${compact(a)}"
+    if a >= 1000:
+        return f"{sign}${a:,.0f}"
+    return money_decimal(Decimal(repr(d)))
+
+
+def money_ticks(values: Sequence[float]) -> list[str]:
+    """Axis labels in one style: cents on every tick or on none ($0, $20,000; $0.00, $0.50)."""
+    if any(abs(v) >= 10**6 for v in values):
+        return [f"{'-' if v < 0 else ''}${compact(abs(v))}" for v in values]
+    cents = any(v != int(v) for v in values)
+    return [f"{'-' if v < 0 else ''}${abs(v):,.{2 if cents else 0}f}" for v in values]
+
+
+def percent(share: float, digits: int = 1) -> str:
+    """A share as a percentage; a non-zero share too small to show reads `<0.1%`, never `0.0%`."""
+    smallest = 10.0 ** -digits
+    if 0 < abs(share) * 100 < smallest / 2:
+        return f"<{smallest:.{digits}f}%"
+    return f"{share * 100:.{digits}f}%"
+
+
+def _significant(v: float, digits: int) -> str:
+    if v == 0 or not math.isfinite(v):
+        return "0"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(v))))
+    text = f"{v:,.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text

@@ -1,0 +1,46 @@
+"""The HTML report of a seeded month, as Chromium builds it: real tables, charts with axes, readable numbers."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from proxy.report import Report, render
+from tests.report import browser
+from tests.report.dom import Page
+
+TABLES = {"by_model", "totals", "by_tenant", "by_tag", "by_workload", "by_tag_workload", "daily", "what_if",
+          "self_hosting", "assumptions"}
+CHARTS = ["daily-cost", "token-mix", "cache-by-day", "tag-workload", "hourly", "breakeven"]
+
+
+def test_seeded_month_in_chromium(build: Callable[[str], Report], tmp_path: Path) -> None:
+    browser.chromium()
+    page = tmp_path / "report.html"
+    page.write_text(render(build("complete-utc"), "html"), encoding="utf-8")
+    dom = Page(browser.dump_dom(page))
+
+    assert {t.section for t in dom.tables} == TABLES
+    for table in dom.tables:
+        assert table.headers and all(len(row) == len(table.headers) for row in table.rows), table.section
+    by_model = {t.section: t for t in dom.tables}["by_model"]
+    assert by_model.total[0] == "Total" and by_model.total[-2] == "$72.66"  # the seeded month's cost
+    assert all(cls == "n" for row in by_model.rows for cls, _ in row[3:])  # numbers aligned right
+
+    assert [c.name for c in dom.charts] == CHARTS
+    for chart in dom.charts:
+        assert len(chart.texts["y-tick"]) >= 3 and chart.texts["y-title"] and chart.texts["x-title"], chart.name
+        assert chart.texts["x-tick"] and chart.marks >= 2, chart.name
+    even = {c.name: c for c in dom.charts}["breakeven"]
+    assert even.texts["x-title"] == ["tokens per month"] and even.texts["y-title"] == ["cost (USD per month)"]
+    assert even.texts["x-tick"] == ["0", "10 B", "20 B", "30 B", "40 B"]
+    assert len(even.texts["line-label"]) == 2 and any(t.startswith("break-even: 30.5 B") for t in
+                                                       even.texts["mark-label"])
+
+    text = dom.text
+    assert not re.search(r"\d[eE][+-]?\d", text), re.findall(r".{30}\d[eE][+-]?\d.{10}", text)
+    assert "39.6 M" in text and "$55,961.33" in text
+
+    shot = browser.screenshot(page, tmp_path / "report.png")
+    print(f"screenshot: {shot}")
