@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import pytest
 
 from proxy.report import render
-from proxy.report.model import ModelRow, Reprice, TagRow, TenantRow, Totals, Usage
+from proxy.report.model import Forecast, ModelRow, Reprice, TagRow, TenantRow, Totals, Usage
 from tests.report.dom import Page
 from tests.report.factory import BOTH, USD, worked_report
 
@@ -60,6 +60,16 @@ def test_tiny_amounts_never_read_as_zero() -> None:
     [row] = sections["by_model"].rows
     assert ("n", "$0.0008") in row and "$0.0008" in sections["by_model"].total
     assert sections["totals"].rows[0][-1] == ("n", "$0.0008")
+
+
+def test_a_month_in_progress_lists_days_up_to_today() -> None:
+    running = worked_report(generated_at=datetime(2026, 11, 17, 3, tzinfo=UTC),
+                            forecast=Forecast(False, 900 * USD, 300_000_000, "run-rate"))
+    for report in (running, replace(running, timezone="America/New_York")):  # Nov 16, 22:00 there
+        days = [row[0][1] for row in {t.section: t for t in Page(render(report, "html")).tables}["daily"].rows]
+        assert days[0] == "2026-11-01" and days[-1] == ("2026-11-17" if report.timezone == "UTC" else "2026-11-16")
+    assert "| 2026-11-17 |" in render(running, "md") and "| 2026-11-18 |" not in render(running, "md")
+    assert len(json.loads(render(running, "json"))["daily"]) == 30  # the JSON contract keeps every day
 
 
 def test_csv_sections_and_numbers_as_written() -> None:

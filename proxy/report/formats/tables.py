@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
+from zoneinfo import ZoneInfo
 
 from proxy.report.model import Report, SelfHosting, Usage
 from proxy.report.numbers import count, money, percent
@@ -112,11 +113,14 @@ def _by_model(r: Report) -> Table:
 
 
 def _daily(r: Report) -> Table:
+    # SPEC: a month in progress lists its days up to today (the report's local day).
+    today = r.generated_at.astimezone(ZoneInfo(r.timezone)).date()
+    days = [d for d in r.daily if r.forecast.month_complete or d.date <= today]
     columns = (_label("date"), *_USAGE[:6])
-    rows = tuple((d.date.isoformat(), *_usage(d.usage, 0.0)[:6]) for d in r.daily)
-    whole = _sum([d.usage for d in r.daily])
+    rows = tuple((d.date.isoformat(), *_usage(d.usage, 0.0)[:6]) for d in days)
+    whole = _sum([d.usage for d in days])
     return Table("daily", "Daily", columns, rows, ("Total", *_usage(whole, 0.0)[:6]) if rows else None,
-                 note=f"Local days in {r.timezone}.")
+                 note=f"Local days in {r.timezone}" + ("." if r.forecast.month_complete else ", up to today."))
 
 
 def _what_if(r: Report) -> Table:
