@@ -93,6 +93,11 @@ def _parser() -> argparse.ArgumentParser:
     new.add_argument("tenant")
     new.set_defaults(run=_keys_new)
 
+    migrate = sub.add_parser("migrate", help="bring a ledger to this version's schema (serve does it at start)")
+    migrate.add_argument("--db", help="ledger URL, e.g. sqlite:///data/llmmeter.db")
+    migrate.add_argument("--config", type=Path)
+    migrate.set_defaults(run=_migrate)
+
     ledger = sub.add_parser("ledger", help="ledger upkeep")
     lsub = ledger.add_subparsers(metavar="ACTION")
     retry = lsub.add_parser("retry", help="import the records the database refused (dead letters) again")
@@ -202,7 +207,7 @@ def _report(args: argparse.Namespace) -> int:
 def _output(out: Path | None, ledger: Ledger) -> Output | None:
     """`--out`, checked before the ledger is opened: never the ledger's own files or journal."""
     from proxy.export import check_output
-    from proxy.ledger.sqlite import SqliteStore
+    from proxy.ledger.store.sqlite import SqliteStore
 
     if out is None:
         return None
@@ -273,6 +278,18 @@ def _prices_show(args: argparse.Namespace) -> int:
     for p in rows:
         print(f"{p.model:<28} {p.tier:<10} {p.upstream or '-':<12} {p.input:>9} {p.cache_read:>10} "
               f"{p.cache_write:>11} {p.output:>9}  {p.effective_from.isoformat()}")
+    return 0
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    """Apply the ledger's pending migrations, then import what its journal still holds; report and
+    export never migrate, and say to run this when a ledger is older than they read."""
+    from proxy.ledger import Ledger
+
+    s = _settings(args, db=args.db)
+    ledger = Ledger(s.ledger_url, s.journal_dir, s.fsync)
+    done = ledger.migrate()
+    print(f"{ledger.store.shown}: {done.summary()}")
     return 0
 
 

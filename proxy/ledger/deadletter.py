@@ -5,7 +5,9 @@ every other record lands, and the refused ones go to a dead-letter file beside t
 journal (`<journal>/dead-letter/dead-*.jsonl`, journal lines, FILE_MODE), written and
 fsynced before their journal segment may be deleted. An outage is not a refusal: it is
 raised with nothing set aside, and the whole batch waits and is tried again.
-`llmmeter ledger retry` (retry()) imports dead letters again and keeps what still fails.
+`llmmeter ledger retry` (retry()) imports dead letters again and keeps what still fails;
+like a journal segment, a dead-letter file names its ledger, and another ledger's is moved
+aside to `foreign/`, never imported.
 Each process appends to a file of its own and holds a flock on it, as on its segments,
 so a retry only ever takes files whose writer is done with them.
 """
@@ -22,9 +24,10 @@ from pathlib import Path
 
 import orjson
 
-from proxy.ledger.journal import SUFFIX, ReadStats, create_locked, encode, read_segment
+from proxy.ledger.journal import SUFFIX, ReadStats, create_locked, encode, label_of, read_segment, set_aside
 from proxy.ledger.record import Record
-from proxy.ledger.store import RecordRefused, StoreUnavailable, Writer
+from proxy.ledger.store.base import Writer
+from proxy.ledger.store.errors import RecordRefused, StoreUnavailable
 
 log = logging.getLogger("llmmeter.ledger")
 
@@ -38,8 +41,9 @@ def dead_letter_dir(journal_dir: Path) -> Path:
 class DeadLetters:
     """This process's dead-letter file, opened at the first refusal; `count` is what it set aside."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, ledger_id: str | None = None) -> None:
         self.directory = directory
+        self.ledger_id = ledger_id  # what its file's name says the records were refused by
         self.count = 0
         self._lock = threading.Lock()
         self._fd: int | None = None
@@ -54,7 +58,7 @@ class DeadLetters:
         with self._lock:
             try:
                 if self._fd is None:
-                    self._fd, self._path = create_locked(self.directory, "dead")
+                    self._fd, self._path = create_locked(self.directory, "dead", self.ledger_id)
                     _sync_dir(self.directory)
                 written = os.write(self._fd, lines)
                 if written != len(lines):
@@ -69,6 +73,12 @@ class DeadLetters:
         record, reason = refused[0]
         log.error("the ledger database refused %d record(s), set aside in %s (llmmeter ledger retry imports "
                   "them again); first: %s: %s", len(refused), path, record.id, reason)
+
+    def bind(self, directory: Path, ledger_id: str) -> None:
+        """Where dead letters go and the ledger they belong to, once the database has said which."""
+        with self._lock:
+            if self._fd is None:  # a file already open stays this process's until it closes
+                self.directory, self.ledger_id = directory, ledger_id
 
     @property
     def path(self) -> Path | None:
@@ -122,19 +132,22 @@ class RetryStats:
     refused: int = 0  # refused again: kept in a new dead-letter file
     skipped_lines: int = 0  # torn or unreadable lines
     busy: int = 0  # files a live process still writes
+    foreign: int = 0  # files of another ledger, moved aside to foreign/
 
     def summary(self) -> str:
+        aside = f"; {self.foreign} file(s) of another ledger set aside" if self.foreign else ""
         return (f"{self.records} dead-letter record(s) from {self.files} file(s): {self.inserted} imported, "
                 f"{self.records - self.inserted - self.refused} already in the ledger, {self.refused} refused "
-                f"again and kept; {self.skipped_lines} unreadable line(s) skipped; {self.busy} file(s) in use")
+                f"again and kept; {self.skipped_lines} unreadable line(s) skipped; {self.busy} file(s) in use{aside}")
 
 
-def retry(writer: Writer, directory: Path, batch_size: int) -> RetryStats:
-    """Import every dead-letter file no live process holds; what is refused again goes to a new one."""
+def retry(writer: Writer, directories: Sequence[Path], batch_size: int, ledger_id: str | None = None) -> RetryStats:
+    """Import every dead-letter file of this ledger no live process holds, from the folders given; what is
+    refused again goes to a new one in the first."""
     stats = RetryStats()
-    again = DeadLetters(directory)
+    again = DeadLetters(directories[0], ledger_id)
     try:
-        for path in sorted(directory.glob(f"*{SUFFIX}")):
+        for path in sorted(p for d in directories for p in d.glob(f"*{SUFFIX}")):
             _retry_file(writer, path, again, batch_size, stats)
     finally:
         again.close()
@@ -154,6 +167,12 @@ def _retry_file(writer: Writer, path: Path, again: DeadLetters, batch_size: int,
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             stats.busy += 1
+            return
+        label = label_of(path)
+        if label is not None and again.ledger_id is not None and label != again.ledger_id:
+            set_aside(path, f"dead letters refused by ledger {label}, not by this ledger {again.ledger_id}: "
+                            "retry refused")
+            stats.foreign += 1
             return
         read = ReadStats()
         records = list(read_segment(fd, read))

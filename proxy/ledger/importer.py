@@ -15,7 +15,8 @@ from proxy.ledger.backlog import Backlog
 from proxy.ledger.deadletter import DeadLetters, store_chunks, store_or_set_aside
 from proxy.ledger.journal import Journal, ReadStats, Segment, read_segment
 from proxy.ledger.replay import batches
-from proxy.ledger.store import LedgerReplaced, Store, Writer
+from proxy.ledger.store.base import Store, Writer
+from proxy.ledger.store.errors import LedgerReplaced
 
 log = logging.getLogger("llmmeter.ledger")
 

@@ -2,7 +2,10 @@
 
 Each process writes its own segment files and holds an exclusive flock on every segment
 it still owns, so a replaying process only ever takes files whose writer is gone. A
-segment is deleted once everything written to it is in the database. All methods take
+segment is deleted once everything written to it is in the database. Its file name names
+the ledger it was written for (`segment-<time>-<pid>-<random>.<ledger id>.jsonl`), so it is
+never replayed into another one (proxy/ledger/replay.py); a name without one is from an
+llmmeter that predates ledger ids. All methods take
 the journal's lock; none of them raises into the request path. Segments are created
 FILE_MODE (0640: owner read-write, group read; the umask may narrow it) in a directory
 made DIR_MODE: records hold end_user.
@@ -14,6 +17,7 @@ import errno
 import fcntl
 import logging
 import os
+import re
 import secrets
 import threading
 import time
@@ -28,6 +32,8 @@ from proxy.ledger.record import Record
 log = logging.getLogger("llmmeter.ledger")
 
 SUFFIX = ".jsonl"
+FOREIGN = "foreign"  # where segments and dead letters of another ledger are set aside, never imported
+_LABEL = re.compile(r"\.([0-9a-f]{32})\.jsonl\Z")
 SEGMENT_BYTES = 64 * 1024 * 1024
 FILE_MODE = 0o640
 DIR_MODE = 0o750
@@ -59,8 +65,10 @@ class ReadStats:
 
 
 class Journal:
-    def __init__(self, directory: Path, fsync: bool = False, segment_bytes: int = SEGMENT_BYTES) -> None:
+    def __init__(self, directory: Path, fsync: bool = False, segment_bytes: int = SEGMENT_BYTES,
+                 ledger_id: str | None = None) -> None:
         self.directory = directory
+        self.ledger_id = ledger_id  # what every segment's name says it was written for
         self.fsync = fsync
         self.segment_bytes = segment_bytes
         self.ok = True
@@ -71,6 +79,12 @@ class Journal:
         self._retry_at = 0.0
         self._checked_at = 0.0
         self._closed = False
+
+    def bind(self, directory: Path, ledger_id: str) -> None:
+        """Where segments go and the ledger they name, once the database has said which it is;
+        before the first open()."""
+        with self._lock:
+            self.directory, self.ledger_id = directory, ledger_id
 
     def open(self) -> bool:
         """Start a fresh segment; False (and `ok` False) when the directory cannot take one."""
@@ -157,7 +171,7 @@ class Journal:
         if self._closed:
             return False
         try:
-            seg = _create(self.directory)
+            seg = _create(self.directory, self.ledger_id)
         except OSError as e:
             self._fail_locked(e)
             return False
@@ -185,15 +199,17 @@ class Journal:
             self._current = None
 
 
-def _create(directory: Path) -> Segment:
-    fd, path = create_locked(directory, "segment")
+def _create(directory: Path, ledger_id: str | None) -> Segment:
+    fd, path = create_locked(directory, "segment", ledger_id)
     return Segment(path, fd, os.fstat(fd).st_ino)
 
 
-def create_locked(directory: Path, kind: str) -> tuple[int, Path]:
-    """A new FILE_MODE file `<kind>-<time>-<pid>-<random>.jsonl`, open for appends and flock'd."""
+def create_locked(directory: Path, kind: str, ledger_id: str | None) -> tuple[int, Path]:
+    """A new FILE_MODE file `<kind>-<time>-<pid>-<random>.<ledger id>.jsonl`, open for appends and
+    flock'd; the time first, so names sort in the order the files were made."""
     directory.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-    path = directory / f"{kind}-{time.time_ns():020d}-{os.getpid()}-{secrets.token_hex(4)}{SUFFIX}"
+    label = f".{ledger_id}" if ledger_id is not None else ""
+    path = directory / f"{kind}-{time.time_ns():020d}-{os.getpid()}-{secrets.token_hex(4)}{label}{SUFFIX}"
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, FILE_MODE)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -201,6 +217,22 @@ def create_locked(directory: Path, kind: str) -> tuple[int, Path]:
     except OSError:
         os.close(fd)
         raise
+
+
+def label_of(path: Path) -> str | None:
+    """The ledger id a segment or dead-letter file names; None for one written before ids."""
+    m = _LABEL.search(path.name)
+    return m.group(1) if m else None
+
+
+def set_aside(path: Path, reason: str) -> Path:
+    """Move a file (flock'd by the caller) into `foreign/` beside it, where nothing imports it."""
+    aside = path.parent / FOREIGN
+    aside.mkdir(mode=DIR_MODE, exist_ok=True)
+    target = aside / path.name
+    os.rename(path, target)
+    log.error("%s: %s; moved to %s, not imported", path, reason, aside)
+    return target
 
 
 def encode(record: Record) -> bytes:

@@ -1,7 +1,8 @@
 """The durable ledger: journal first, database in batches, journal replayed at start.
 
 Read-only (report, export: `read_only=True`) it is only the store's reads: nothing is
-created, migrated, replayed or imported.
+created, migrated, replayed or imported. Where the journal lives, and which leftover
+segments a start replays, is proxy/ledger/layout.py's to say: only this ledger's.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -18,25 +20,50 @@ from proxy.ledger.backlog import QUEUE_LIMIT, Backlog
 from proxy.ledger.deadletter import DeadLetters, RetryStats, dead_letter_dir, retry
 from proxy.ledger.importer import Importer
 from proxy.ledger.journal import JOURNAL_JSON, SEGMENT_BYTES, Journal, encode
+from proxy.ledger.layout import Layout, default_replica, layout
 from proxy.ledger.record import Record
 from proxy.ledger.replay import ReplayStats, replay
-from proxy.ledger.store import Store, open_store
+from proxy.ledger.store import SqlStore, open_store
 
 log = logging.getLogger("llmmeter.ledger")
 
 _LOST_LOG_EVERY_S = 10.0
 
 
+@dataclass(frozen=True, slots=True)
+class Migrated:
+    """What `llmmeter migrate` did: migrations applied, then the ledger's leftover journal imported."""
+
+    applied: int
+    schema: int  # the schema version the ledger is at now
+    ledger_id: str
+    replayed: ReplayStats
+
+    def summary(self) -> str:
+        r = self.replayed
+        foreign = f", {r.foreign} of another ledger set aside" if r.foreign else ""
+        return (f"{self.applied} migration(s) applied, schema at version {self.schema:03d} (ledger {self.ledger_id}); "
+                f"journal: {r.records} leftover record(s) from {r.segments} segment(s), {r.inserted} new{foreign}")
+
+
 class Ledger:
-    """Call `start()` before serving, `append()` from the request path, `close()` at shutdown."""
+    """Call `start()` before serving, `append()` from the request path, `close()` at shutdown.
+
+    `replica` names this process's journal folder where the store journals per process
+    (PostgreSQL without `journal_dir`): unique among live processes, `<host>-<pid>` by default.
+    """
 
     def __init__(self, url: str, journal_dir: Path | None = None, fsync: bool = False,
                  batch_size: int = 500, flush_interval_s: float = 0.05, *,
                  queue_limit: int = QUEUE_LIMIT, segment_bytes: int = SEGMENT_BYTES,
-                 busy_timeout_s: float = 5.0, read_only: bool = False) -> None:
+                 busy_timeout_s: float = 5.0, read_only: bool = False, replica: str | None = None) -> None:
         self.read_only = read_only
-        self.store: Store = open_store(url, busy_timeout_s, read_only=read_only)
+        self.store: SqlStore = open_store(url, busy_timeout_s, read_only=read_only)
+        self._configured_journal = journal_dir
+        self._replica = replica or default_replica()
+        # Until start() reads the ledger's id: the folder every journal of this ledger is under.
         self.journal_dir = journal_dir if journal_dir is not None else self.store.default_journal_dir()
+        self.ledger_id: str | None = None
         self.batch_size = batch_size
         self.flush_interval_s = flush_interval_s
         self.last_replay = ReplayStats()
@@ -56,16 +83,41 @@ class Ledger:
         if self.read_only:
             return 0
         self.store.migrate()
-        writer = self.store.writer()
-        try:
-            self.last_replay = replay(self.journal_dir, writer, self.batch_size, self._dead)
-        finally:
-            writer.close()
+        self.last_replay = self._replay(self._bind())
         self._journal.open()  # a journal that cannot open is reported by journal_ok, not raised
         self._importer = Importer(self.store, self._backlog, self._journal, self._dead, self.batch_size,
                                   self.flush_interval_s)
         self._importer.start()
         return self.last_replay.records
+
+    def migrate(self) -> Migrated:
+        """`llmmeter migrate`: the schema brought to this version, then this ledger's leftover journal
+        segments imported; no importer starts and no new segment is made."""
+        applied = self.store.migrate()
+        where = self._bind()
+        stats = self._replay(where)
+        self._dead.close()
+        return Migrated(applied, self.store.schema_version(), where.ledger_id, stats)
+
+    def _bind(self) -> Layout:
+        """Read the ledger's id (after migrating) and put the journal and dead letters where it says."""
+        ledger_id = self.store.ledger_id()
+        where = layout(self._configured_journal, self.store.default_journal_dir(), self.store.per_replica_journal,
+                       ledger_id, self._replica)
+        self.ledger_id, self.journal_dir = ledger_id, where.journal
+        self._journal.bind(where.journal, ledger_id)
+        self._dead.bind(where.dead_letters, ledger_id)
+        return where
+
+    def _replay(self, where: Layout) -> ReplayStats:
+        where.warn_others()
+        writer = self.store.writer()
+        try:
+            stats = replay(where.replay_dirs(), where.ledger_id, writer, self.batch_size, self._dead)
+        finally:
+            writer.close()
+        where.tidy()
+        return stats
 
     def append(self, record: Record) -> None:
         """Journal the record with one write and queue it for import; never raises, never waits on the DB."""
@@ -165,9 +217,10 @@ class Ledger:
         """`llmmeter ledger retry`: import the dead letters again (a live ledger's own file is left to
         it); what the database still refuses goes to a new dead-letter file."""
         self.store.migrate()
+        where = self._bind()
         writer = self.store.writer()
         try:
-            return retry(writer, self._dead.directory, self.batch_size)
+            return retry(writer, where.dead_letter_dirs(), self.batch_size, where.ledger_id)
         finally:
             writer.close()
 

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from proxy.ledger import Ledger
+from proxy.ledger.store import is_postgresql
+from tests.pg import PgCluster
 
 BACKENDS = ("sqlite", "postgresql")
 
@@ -34,6 +36,18 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.chdir(tmp_path)
     url: str = request.getfixturevalue("pg_url")
     return url
+
+
+@pytest.fixture
+def other_db_url(db_url: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A second, empty ledger on db_url's backend."""
+    if not is_postgresql(db_url):
+        yield f"sqlite:///{tmp_path / 'other' / 'ledger.db'}"
+        return
+    cluster: PgCluster = request.getfixturevalue("pg_cluster")
+    url = cluster.create_database()
+    yield url
+    cluster.drop_database(url)
 
 
 @pytest.fixture

@@ -11,9 +11,10 @@ import psycopg
 
 from pricing.calculator import MAX_COST_UNITS, MAX_TOKENS, UNITS_PER_USD
 from proxy.ledger import Ledger
+from proxy.ledger.migrations import load
 from proxy.ledger.record import Record
-from proxy.ledger.sqlite import SqliteStore
-from proxy.ledger.store import CARRY, COLUMNS, is_postgresql, sqlite_path, to_row
+from proxy.ledger.store import COLUMNS, SqliteStore, is_postgresql, sqlite_path
+from proxy.ledger.store.rows import CARRY, to_row, values_of
 from tests.ledger.helpers import EVER, T0, full_record
 
 BIGINT = 2**63 - 1
@@ -55,7 +56,7 @@ def test_the_bound_holds_for_every_sum_at_the_caps() -> None:
 def test_a_record_at_the_caps_goes_in_and_out_exactly(db_url: str, ledgers: list[Ledger], tmp_path: Path) -> None:
     rec = at_the_caps(1)
     row = to_row(rec)
-    assert row[COLUMNS.index("cost_carry")] == 40 and row[COLUMNS.index("cost_units")] == 0
+    assert row["cost_carry"] == 40 and row["cost_units"] == 0
     odd = at_the_caps(2, cost_units=MAX_COST_UNITS - 1)
     cheap = full_record(3, cost_units=CARRY - 1)  # the dearest record with no carry: $99,999,999.99...
     ledger = Ledger(db_url)
@@ -83,11 +84,12 @@ def test_sums_at_the_caps_are_exact_integers_in_batches_rollups_reports_and_the_
     total = sum(r.cost_units or 0 for r in records)
     assert total > 2**64  # a single BIGINT sum would have failed (or gone REAL) long before this
     month = (datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC))
-    [rolled] = ledger.store.hourly(*month, None)  # from the rollup
-    assert rolled[9] == n and rolled[17] == total and type(rolled[17]) is int
-    assert rolled[10] == n * MAX_TOKENS
+    [rolled] = ledger.store.hourly_rows(*month, None)  # from the rollup
+    assert rolled.requests == n and rolled.cost_units == total and type(rolled.cost_units) is int
+    assert rolled.input_tokens == n * MAX_TOKENS
+    assert ledger.store.hourly(*month, None) == [rolled.as_tuple()]  # the positional shape, for older callers
     half = (hour - timedelta(minutes=30), hour + timedelta(minutes=90))  # summed from the requests
-    assert sum(r[17] for r in ledger.store.hourly(*half, None)) == total
+    assert sum(r.cost_units for r in ledger.store.hourly_rows(*half, None)) == total
     assert ledger.month_to_date_cost(hour) == {"search-team": total}
     assert execute(db_url, "SELECT cost_units < 10000000000 FROM hourly_rollup") in ([(1,)], [(True,)])
     if not is_postgresql(db_url):  # never a REAL, whatever the volume
@@ -107,31 +109,30 @@ def test_a_rollup_at_the_bound_still_adds_exactly(db_url: str, ledgers: list[Led
                     f"requests = {RECORDS_PER_HOUR - 1}")
     ledger.append(at_the_caps(1, start=T0 + timedelta(seconds=1), cost_units=MAX_COST_UNITS - 1))
     assert ledger.flush() and ledger.rejected == 0
-    [row] = ledger.store.hourly(datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC), None)
-    assert row[9] == RECORDS_PER_HOUR
-    assert row[17] == usd * UNITS_PER_USD + UNITS_PER_USD - 1 + MAX_COST_UNITS - 1
+    [row] = ledger.store.hourly_rows(datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC), None)
+    assert row.requests == RECORDS_PER_HOUR
+    assert row.cost_units == usd * UNITS_PER_USD + UNITS_PER_USD - 1 + MAX_COST_UNITS - 1
 
 
 def test_an_inexact_rollup_from_before_005_is_summed_again_exactly(tmp_path: Path) -> None:
     """Before 005 SQLite's `+` turned an hour past 9.2e18 units into a REAL (1.1e+19): the
     migration sums such hours again from their requests, exactly."""
-    from proxy.ledger import migrations
-
     path = tmp_path / "old.db"
     con = sqlite3.connect(path, isolation_level=None)
     con.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, "
                 "applied_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)")
-    for m in migrations.load("sqlite")[:4]:
+    for m in load("sqlite")[:4]:
         con.executescript(m.sql)
         con.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", (m.version, m.name))
     old = [full_record(i, cost_units=5 * 10**18 + i) for i in range(3)]  # each fits BIGINT, their sum not
-    cost = COLUMNS.index("cost_units")
-    rows = [(*to_row(r)[:cost], r.cost_units, *to_row(r)[cost + 1:-1]) for r in old]  # the whole cost, as before
-    con.executemany(f"INSERT INTO requests ({', '.join(COLUMNS[:-1])}) VALUES ({', '.join('?' * 29)})", rows)
+    before_005 = COLUMNS[:-1]  # no cost_carry yet: the whole cost in cost_units
+    rows = [values_of({**to_row(r), "cost_units": r.cost_units, "cost_carry": None})[:-1] for r in old]
+    con.executemany(f"INSERT INTO requests ({', '.join(before_005)}) VALUES ({', '.join('?' * len(before_005))})",
+                    rows)
     con.execute("INSERT INTO hourly_rollup SELECT start / 3600000000, model, 0, tier, upstream, tenant, tag, "
                 "workload, 1, 3, 0, 0, 0, 0, 0, 0, 0, 1.5000000000000002e19 FROM requests LIMIT 1")
     con.close()
     store = SqliteStore(path)
-    assert store.migrate() == 1
-    [row] = store.hourly(*EVER, None)
-    assert row[9] == 3 and row[17] == sum(r.cost_units or 0 for r in old) == 15 * 10**18 + 3
+    assert store.migrate() == len(load("sqlite")) - 4  # 005 and those after it
+    [row] = store.hourly_rows(*EVER, None)
+    assert row.requests == 3 and row.cost_units == sum(r.cost_units or 0 for r in old) == 15 * 10**18 + 3

@@ -20,8 +20,8 @@ from pricing.calculator import MAX_COST_UNITS, MAX_TOKENS
 from proxy.ledger import Ledger
 from proxy.ledger.journal import ReadStats, encode, read_segment
 from proxy.ledger.record import Record
-from proxy.ledger.sqlite import SqliteWriter
 from proxy.ledger.store import RecordRefused, is_postgresql
+from proxy.ledger.store.sqlite import SqliteWriter
 from tests.fake_upstream import FakeUpstream
 from tests.ledger.helpers import EVER, T0, full_record, wait_until
 from tests.ledger.test_money_bounds import execute

@@ -19,9 +19,11 @@ import pytest
 
 from proxy.ledger import Ledger
 from proxy.ledger.migrations import load
-from proxy.ledger.postgres import PostgresStore
 from proxy.ledger.record import Record
-from proxy.ledger.store import COLUMNS, HOURLY_SQL, StoreUnavailable, money_rows, open_store, to_micros
+from proxy.ledger.store import COLUMNS, HourlyRow, StoreUnavailable, open_store
+from proxy.ledger.store.postgres import PostgresStore
+from proxy.ledger.store.rows import to_micros
+from proxy.ledger.store.sql import HOURLY_SQL
 from tests.ledger.helpers import EVER, T0, full_record, wait_until
 from tests.pg import MISSING, new_cluster, usable
 from tests.serve import free_port
@@ -32,6 +34,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def rows(url: str, sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
     with psycopg.connect(url) as con:
+        return con.execute(sql.encode(), params).fetchall()
+
+
+def named_rows(url: str, sql: str, params: tuple[object, ...] = ()) -> list[dict[str, object]]:
+    with psycopg.connect(url, row_factory=psycopg.rows.dict_row) as con:
         return con.execute(sql.encode(), params).fetchall()
 
 
@@ -115,16 +122,18 @@ def test_same_answers_as_sqlite(pg_url: str, tmp_path: Path, ledgers: list[Ledge
     for lo, hi in (whole, half, EVER):
         for tenant in (None, "b"):
             assert sorted(pg.store.hourly(lo, hi, tenant)) == sorted(lite.store.hourly(lo, hi, tenant))
+            assert sorted(pg.store.hourly_rows(lo, hi, tenant), key=HourlyRow.as_tuple) == \
+                sorted(lite.store.hourly_rows(lo, hi, tenant), key=HourlyRow.as_tuple)
             assert pg.store.input_side_percentiles(lo, hi, tenant, percents) == \
                 lite.store.input_side_percentiles(lo, hi, tenant, percents)
             assert pg.count(lo, hi, tenant) == lite.count(lo, hi, tenant)
             assert list(pg.rows(lo, hi, tenant)) == list(lite.rows(lo, hi, tenant))
         assert pg.store.cost_by_tenant(lo, hi) == lite.store.cost_by_tenant(lo, hi)
-    assert sum(r[9] for r in pg.store.hourly(*whole, None)) == len(records)
+    assert sum(r.requests for r in pg.store.hourly_rows(*whole, None)) == len(records)
     # The half-hour range is summed from the requests (HOURLY_SQL); the whole month from the rollup.
     where = "start >= %s AND start < %s"
-    scanned = rows(pg_url, HOURLY_SQL.format(where=where), (to_micros(whole[0]), to_micros(whole[1])))
-    assert sorted(money_rows(scanned)) == sorted(pg.store.hourly(*whole, None))
+    scanned = named_rows(pg_url, HOURLY_SQL.format(where=where), (to_micros(whole[0]), to_micros(whole[1])))
+    assert sorted(HourlyRow.from_sums(r).as_tuple() for r in scanned) == sorted(pg.store.hourly(*whole, None))
     # Exact nearest rank, computed here.
     sizes = sorted(r.input_side_tokens for r in records
                    if r.tenant == "b" and r.endpoint in ("chat", "messages"))
@@ -176,9 +185,9 @@ def test_writers_in_parallel_record_everything_once_without_deadlocks(pg_url: st
     assert all(w.flush(30) for w in writers)
     assert writers[0].count(*EVER) == 3000
     whole = (datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC))
-    rolled = writers[0].store.hourly(*whole, None)
-    assert sum(r[9] for r in rolled) == 3000
-    assert sum(r[17] for r in rolled) == sum(r.cost_units or 0 for r in records)
+    rolled = writers[0].store.hourly_rows(*whole, None)
+    assert sum(r.requests for r in rolled) == 3000
+    assert sum(r.cost_units for r in rolled) == sum(r.cost_units or 0 for r in records)
     [(deadlocks,)] = rows(pg_url, "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()")
     assert deadlocks == 0
 

@@ -15,8 +15,9 @@ import orjson
 import pytest
 
 from proxy.ledger import Ledger
-from proxy.ledger.postgres import PostgresStore
+from proxy.ledger.migrations import load
 from proxy.ledger.store import LedgerMissing, LedgerOutdated, StoreUnavailable, open_store
+from proxy.ledger.store.postgres import PostgresStore
 from tests.ledger.helpers import EVER, full_record
 
 NOBODY = 65534
@@ -113,18 +114,16 @@ def test_a_read_only_store_never_writes(tmp_path: Path) -> None:
 
 
 def test_a_ledger_from_an_older_llmmeter_is_not_migrated_by_a_read(tmp_path: Path) -> None:
-    from proxy.ledger import migrations
-
     path = tmp_path / "old.db"
     con = sqlite3.connect(path, isolation_level=None)
     con.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, "
                 "applied_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)")
-    for m in migrations.load("sqlite")[:4]:
+    for m in load("sqlite")[:4]:
         con.executescript(m.sql)
         con.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", (m.version, m.name))
     con.close()
     before = path.read_bytes()
-    with pytest.raises(LedgerOutdated, match="lacks schema migration\\(s\\) 005"):
+    with pytest.raises(LedgerOutdated, match="lacks migration\\(s\\) 005, 006\\); run `llmmeter migrate`"):
         open_store(f"sqlite:///{path}", read_only=True)
     assert path.read_bytes() == before
 

@@ -1,6 +1,7 @@
 """A SQLite ledger removed or replaced under a running writer: imports stop, records wait in the
 journal, nothing goes into a deleted file or a stranger, and all of it lands once the real file
-is back (or a new process starts on the new one)."""
+is back. A new file made after a restart is a new ledger: the removed one's journal is kept
+aside for it, never imported into the new one."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import httpx
 import pytest
 
 from proxy.ledger import Ledger
+from proxy.ledger.journal import ReadStats, label_of, read_segment
 from proxy.ledger.store import sqlite_path
 from tests.fake_upstream import FakeUpstream
 from tests.ledger.helpers import EVER, full_record, wait_until
@@ -155,7 +157,7 @@ def test_a_served_ledger_replaced_under_load_and_put_back_keeps_every_request_on
     assert "after this process opened it" in proxy.output()  # logged once: removed, or replaced
 
 
-def test_a_served_ledger_removed_under_load_goes_to_a_new_file_after_a_restart(
+def test_a_served_ledger_removed_under_load_is_a_new_ledger_after_a_restart_and_its_journal_is_kept_aside(
         fake: FakeUpstream, serve: Callable[..., Served], prices_dir: Path, tmp_path: Path) -> None:
     proxy = serve(upstream=fake.base_url)
     load = Load(proxy)
@@ -174,8 +176,12 @@ def test_a_served_ledger_removed_under_load_goes_to_a_new_file_after_a_restart(
     try:
         assert wait_until(lambda: settled(again), timeout=20)
         new, old = ids_in(again.db), ids_in(tmp_path / "gone" / proxy.db.name)
-        assert len(new) == len(set(new)) and set(new) | set(old) == set(sent)  # none lost
-        assert set(sent) - set(old) <= set(new)  # what the removed file does not hold is in the new one
+        assert new == []  # a new, empty ledger: nothing of the removed one's is imported into it
+        aside = sorted((proxy.db.parent / "journal" / "foreign").glob("*.jsonl"))
+        kept = [r.upstream_request_id for p in aside for r in read_segment(os.open(p, os.O_RDONLY), ReadStats())]
+        assert set(old) | set(kept) == set(sent)  # none lost: in the removed file, or kept aside for it
+        assert {label_of(p) for p in aside} != {None}
+        assert "not for this ledger" in again.output()  # and the log says whose they are
     finally:
         again.stop()
     assert oct(again.db.stat().st_mode & 0o777) == "0o640"

@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 
 from proxy.ledger import Ledger
+from proxy.ledger.migrations import load
 from proxy.ledger.record import Record
-from proxy.ledger.sqlite import SqliteStore
-from proxy.ledger.store import COLUMNS, HOURLY_SQL, money_rows, sqlite_path, to_micros, to_row
+from proxy.ledger.store import COLUMNS, HourlyRow, SqliteStore, sqlite_path
+from proxy.ledger.store.rows import to_micros, to_row
+from proxy.ledger.store.sql import HOURLY_SQL
 from tests.ledger.helpers import EVER, T0, full_record
 
 
@@ -60,13 +62,13 @@ def test_table_has_one_column_per_record_field(tmp_path: Path, db_url: str, ledg
     finally:
         con.close()
     assert cols == list(COLUMNS) == [*(f.name for f in fields(Record)), "cost_carry"]  # 005: the cost's carry
-    assert versions == [1, 2, 3, 4, 5] and mode == "wal"
+    assert versions == [m.version for m in load("sqlite")] == [1, 2, 3, 4, 5, 6] and mode == "wal"
     assert {"requests_start", "requests_tenant_start"} <= indexes
 
 
 def test_migrations_run_once(db_url: str) -> None:
     first = Ledger(db_url)
-    assert first.store.migrate() == 5
+    assert first.store.migrate() == len(load("sqlite"))
     assert Ledger(db_url).store.migrate() == 0
 
 
@@ -207,10 +209,11 @@ def test_percentiles_across_buckets_and_arrival_orders(db_url: str, ledgers: lis
 def scan(store: SqliteStore, lo: datetime, hi: datetime, tenant: str | None) -> list[tuple[object, ...]]:
     """HOURLY_SQL straight over the requests table: what the rollup must equal."""
     con = sqlite3.connect(store.path)
+    con.row_factory = sqlite3.Row
     try:
         where = "start >= ? AND start < ?" + (" AND tenant = ?" if tenant else "")
         params = (to_micros(lo), to_micros(hi), *((tenant,) if tenant else ()))
-        return money_rows(con.execute(HOURLY_SQL.format(where=where), params).fetchall())
+        return [HourlyRow.from_sums(r).as_tuple() for r in con.execute(HOURLY_SQL.format(where=where), params)]
     finally:
         con.close()
 
@@ -230,7 +233,7 @@ def test_hourly_rollup_matches_the_requests_and_ignores_duplicates(db_url: str, 
     lo, hi = datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC)
     rolled = sorted(store.hourly(lo, hi, None))
     scanned = sorted(scan(store, lo, hi, None))
-    assert rolled == scanned and sum(r[9] for r in rolled) == 50
+    assert rolled == scanned and sum(r.requests for r in store.hourly_rows(lo, hi, None)) == 50
     con = sqlite3.connect(store.path)
     try:  # migration 003's size histogram counts each metered request once, in its own bucket
         hist = con.execute("SELECT tenant, bucket, SUM(requests) FROM input_side_histogram GROUP BY 1, 2").fetchall()
@@ -248,12 +251,12 @@ def test_hourly_rollup_matches_the_requests_and_ignores_duplicates(db_url: str, 
     # A range off whole UTC hours (a half-hour zone): its partial first and last hours are
     # summed from the requests themselves, the hours between come from the rollup.
     half = timedelta(minutes=30)
-    assert sum(r[9] for r in store.hourly(lo + half, hi + half, None)) == 50
+    assert sum(r.requests for r in store.hourly_rows(lo + half, hi + half, None)) == 50
     for a, b in ((datetime(2026, 11, 3, 14, 35, tzinfo=UTC), datetime(2026, 11, 3, 23, 50, tzinfo=UTC)),
                  (datetime(2026, 11, 3, 15, 10, tzinfo=UTC), datetime(2026, 11, 3, 15, 55, tzinfo=UTC))):
         assert sorted(store.hourly(a, b, None)) == sorted(scan(store, a, b, None))
         assert sorted(store.hourly(a, b, "b")) == sorted(scan(store, a, b, "b"))
-        assert 0 < sum(r[9] for r in store.hourly(a, b, None)) < 50
+        assert 0 < sum(r.requests for r in store.hourly_rows(a, b, None)) < 50
 
 
 def test_batches_of_every_size_go_in_once_each(db_url: str, ledgers: list[Ledger]) -> None:
@@ -281,21 +284,20 @@ def test_a_ledger_from_before_migration_004_keeps_exact_rollups_across_the_upgra
     # Rows written while 002/003's row triggers kept the rollups, then the upgrade that
     # drops them, then rows whose batches keep the rollups themselves: no row counted
     # twice or missed, duplicates of old rows included.
-    from proxy.ledger import migrations
     path = tmp_path / "old.db"
     con = sqlite3.connect(path, isolation_level=None)
     con.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, "
                 "applied_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)")
-    for m in migrations.load("sqlite")[:3]:
+    for m in load("sqlite")[:3]:
         con.executescript(m.sql)
         con.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", (m.version, m.name))
     old = [full_record(i, start=T0 + timedelta(minutes=13 * i), tenant=("a", "b")[i % 2]) for i in range(40)]
     before_005 = COLUMNS[:-1]  # no cost_carry yet
     con.executemany(f"INSERT INTO requests ({', '.join(before_005)}) VALUES ({', '.join('?' * len(before_005))})",
-                    [to_row(r)[:-1] for r in old])  # as the old writer did: the triggers count them
+                    [[to_row(r)[c] for c in before_005] for r in old])  # as the old writer did: the triggers count them
     con.close()
     store = SqliteStore(path)
-    assert store.migrate() == 2
+    assert store.migrate() == len(load("sqlite")) - 3  # 004 and those after it
     writer = store.writer()
     new = [full_record(i, start=T0 + timedelta(minutes=13 * i), tenant=("a", "c")[i % 2],
                        endpoint=("chat", "models")[i % 5 == 0]) for i in range(40, 90)]
@@ -303,7 +305,8 @@ def test_a_ledger_from_before_migration_004_keeps_exact_rollups_across_the_upgra
     writer.close()
     lo, hi = datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC)
     rolled = sorted(store.hourly(lo, hi, None))
-    assert rolled == sorted(scan(store, lo, hi, None)) and sum(r[9] for r in rolled) == 90
+    assert rolled == sorted(scan(store, lo, hi, None))
+    assert sum(r.requests for r in store.hourly_rows(lo, hi, None)) == 90
     con = sqlite3.connect(path)
     try:
         counted = con.execute("SELECT SUM(requests) FROM input_side_histogram").fetchone()[0]

@@ -15,35 +15,14 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote
 
 from proxy.errors import LLMMeterError
-from proxy.ledger import migrations
-from proxy.ledger.percentiles import input_side_percentiles
 from proxy.ledger.record import Record
-from proxy.ledger.store import (
-    BUCKET_OF,
-    COLUMNS,
-    HOUR_US,
-    HOURLY_SQL,
-    METERED_SQL,
-    ROLLUP_SQL,
-    TENANT_COST_SQL,
-    LedgerMissing,
-    LedgerOutdated,
-    LedgerReplaced,
-    LedgerTooNew,
-    RecordRefused,
-    StoreUnavailable,
-    from_micros,
-    from_row,
-    money_rows,
-    tenant_costs,
-    to_micros,
-    to_row,
-    whole_hours,
-)
+from proxy.ledger.store.base import Session, SqlStore
+from proxy.ledger.store.errors import LedgerMissing, LedgerReplaced, RecordRefused, StoreUnavailable
+from proxy.ledger.store.rows import COLUMNS, HOUR_US, Row, to_row, values_of
+from proxy.ledger.store.sql import BUCKET_OF, HOURLY_SQL, METERED_SQL
 
 # The ledger holds end_user: created owner read-write and group read-only (and, as ever,
 # narrowed by the umask). SQLite gives its -wal and -shm files the database file's mode.
@@ -54,7 +33,6 @@ _ROW = f"({', '.join('?' * len(COLUMNS))})"
 # sqlite3 releases the GIL around each statement step, and a busy event loop keeps the
 # importer waiting up to a switch interval to get it back: per-row steps starved it.
 _CHUNKS = (256, 128, 64, 32, 16, 8, 4, 2, 1)  # 256 rows x 30 columns stays under SQLite's 32766 variables
-_SELECT = f"SELECT {', '.join(COLUMNS)} FROM requests"
 _FETCH = 1024
 _DENSE = 4  # read a rowid run when at most this many rowids per row in range
 _UNITS = 10**10
@@ -91,13 +69,19 @@ _REFUSALS = ("SQLITE_CONSTRAINT", "SQLITE_MISMATCH", "SQLITE_TOOBIG", "SQLITE_RA
 FileId = tuple[int, int]  # (st_dev, st_ino)
 
 
-class SqliteStore:
+class SqliteStore(SqlStore):
+    dialect = "sqlite"
+    mark = "?"
+    id_order = "id"
+    timestamp = "TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP"
+    per_replica_journal = False  # one file on one host: its processes share the journal beside it
+
     def __init__(self, path: Path, busy_timeout_s: float = 5.0, *, read_only: bool = False,
                  url: str | None = None) -> None:
+        super().__init__(url or str(path), read_only=read_only)
         self.path = path
         self.busy_timeout_s = busy_timeout_s
-        self.read_only = read_only
-        self.url = url or str(path)
+        self.url = self.shown
         self._identity: FileId | None = None  # the file this store opened first: the only one it writes
         self._immutable = False  # a snapshot no writer can change: read without locks
 
@@ -114,6 +98,7 @@ class SqliteStore:
             uri = f"file:{quote(str(self.path.absolute()))}?mode={'ro&immutable=1' if mode == 'ro' else 'rw'}"
             # isolation_level=None: transactions are spelled out, never begun implicitly.
             con = sqlite3.connect(uri, timeout=self.busy_timeout_s, isolation_level=None, uri=True)
+            con.row_factory = sqlite3.Row
             con.execute("PRAGMA synchronous=NORMAL")
             return con
         except (sqlite3.Error, OSError) as e:
@@ -143,118 +128,66 @@ class SqliteStore:
             self._identity = after
         return con, after
 
+    def _read(self, sql: str, params: tuple[object, ...]) -> list[Row]:
+        con = self._reader()
+        try:
+            rows: list[Row] = con.execute(sql, params).fetchall()
+            return rows
+        except sqlite3.Error as e:
+            raise StoreUnavailable(f"{self.path}: {e}") from e
+        finally:
+            con.close()
+
+    def _stream(self, sql: str, params: tuple[object, ...]) -> Iterator[Row]:
+        con = self._reader()
+        try:
+            cur = con.execute(sql, params)
+            while batch := cur.fetchmany(_FETCH):
+                yield from batch
+        except sqlite3.Error as e:
+            raise StoreUnavailable(f"{self.path}: {e}") from e
+        finally:
+            con.close()
+
     # --- schema ---------------------------------------------------------------------------
-    def migrate(self) -> int:
-        if self.read_only:
-            self._check_schema()
-            return 0
+    @contextlib.contextmanager
+    def _migrating(self) -> Iterator[Session]:
         con, _ = self._open_writable()
         try:
             con.execute("PRAGMA journal_mode=WAL")
             # IMMEDIATE takes the write lock first, so two workers starting together apply each migration once.
             con.execute("BEGIN IMMEDIATE")
-            con.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
-                        "name TEXT NOT NULL, applied_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)")
-            applied = {v for (v,) in con.execute("SELECT version FROM schema_migrations")}
-            shipped = migrations.load()
-            if newer := migrations.unknown(applied, shipped):
-                con.execute("ROLLBACK")
-                raise LedgerTooNew(str(self.path), newer)
-            ran = 0
-            for m in shipped:
-                if m.version in applied:
-                    continue
-                for statement in _statements(m.sql):
-                    con.execute(statement)
-                con.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", (m.version, m.name))
-                ran += 1
+            yield _Session(con)
             con.execute("COMMIT")
-            return ran
-        except sqlite3.Error as e:
+        except BaseException as e:
             if con.in_transaction:
                 con.execute("ROLLBACK")
-            raise StoreUnavailable(f"{self.path}: migration failed: {e}") from e
+            if isinstance(e, sqlite3.Error):
+                raise StoreUnavailable(f"{self.path}: migration failed: {e}") from e
+            raise
         finally:
             con.close()
 
-    def _check_schema(self) -> None:
-        """A read-only store's migrate(): the file exists and has exactly the known migrations."""
+    def _applied(self) -> set[int]:
+        """The file exists and is a ledger; a snapshot no writer can change is read as it is."""
         if not self.path.is_file():
             raise LedgerMissing(f"{self.url}: no ledger at {self.path} (a read-only command never creates one)")
         wal = self.path.with_name(self.path.name + "-wal")
         snapshot = not os.access(self.path.parent, os.W_OK) or not self.path.stat().st_mode & 0o222
         if snapshot and not wal.exists():
-            # A file no writer may change and no WAL: read it as it is, without the -shm and -wal
-            # a WAL-mode reader would otherwise create beside it (and that root could).
+            # No WAL either: read without the -shm and -wal a WAL-mode reader would otherwise
+            # create beside it (and that root could).
             self._immutable = True
         try:
-            applied = {int(v) for (v,) in self._read("SELECT version FROM schema_migrations", ())}
+            return super()._applied()
         except StoreUnavailable as e:
             raise StoreUnavailable(f"{self.url}: not a readable llmmeter ledger: {e.__cause__ or e}") from e
-        shipped = migrations.load()
-        if newer := migrations.unknown(applied, shipped):
-            raise LedgerTooNew(self.url, newer)
-        if missing := [m.version for m in shipped if m.version not in applied]:
-            raise LedgerOutdated(self.url, missing)
 
     def writer(self) -> SqliteWriter:
         con, identity = self._open_writable()
         return SqliteWriter(con, self.path, identity)
 
     # --- reads ----------------------------------------------------------------------------
-    def query(self, start_from: datetime, start_to: datetime, tenant: str | None) -> Iterator[Record]:
-        where, params = _range(start_from, start_to, tenant)
-        con = self._reader()
-        try:
-            cur = con.execute(f"{_SELECT} WHERE {where} ORDER BY start, id", params)
-            while batch := cur.fetchmany(_FETCH):
-                for row in batch:
-                    yield from_row(row)
-        except sqlite3.Error as e:
-            raise StoreUnavailable(f"{self.path}: {e}") from e
-        finally:
-            con.close()
-
-    def count(self, start_from: datetime, start_to: datetime, tenant: str | None) -> int:
-        where, params = _range(start_from, start_to, tenant)
-        [(n,)] = self._read(f"SELECT COUNT(*) FROM requests WHERE {where}", params)
-        return int(n)
-
-    def cost_by_tenant(self, start_from: datetime, start_to: datetime) -> dict[str, int]:
-        """From the rollup for the range's whole UTC hours, from the requests for the rest;
-        added up in Python, so no SQL sum spans more than an hour. Tenants that spent nothing are left out."""
-        lo, hi = to_micros(start_from), to_micros(start_to)
-        first, last = whole_hours(lo, hi)
-        costs = tenant_costs(self._read(TENANT_COST_SQL.format(where="hour >= ? AND hour < ?"),
-                                        (first // HOUR_US, last // HOUR_US)))
-        for row in self._summed(lo, first, None) + self._summed(last, hi, None):
-            costs[row[5]] = costs.get(row[5], 0) + row[17]
-        return {tenant: units for tenant, units in costs.items() if units}
-
-    def hourly(self, start_from: datetime, start_to: datetime, tenant: str | None) -> list[tuple[Any, ...]]:
-        """Sums per UTC hour and attribution key: the whole UTC hours of the range from the
-        rollup; a range's partial first and last hours (zones with half-hour offsets, such
-        as Asia/Kolkata) summed from the requests themselves."""
-        lo, hi = to_micros(start_from), to_micros(start_to)
-        first, last = whole_hours(lo, hi)
-        where = "hour >= ? AND hour < ?" + (" AND tenant = ?" if tenant is not None else "")
-        rows = money_rows(self._read(ROLLUP_SQL.format(where=where),
-                                     (first // HOUR_US, last // HOUR_US, *((tenant,) if tenant is not None else ()))))
-        return self._summed(lo, first, tenant) + rows + self._summed(last, hi, tenant)
-
-    def _summed(self, lo: int, hi: int, tenant: str | None) -> list[tuple[Any, ...]]:
-        """HOURLY_SQL over the requests in [lo, hi) microseconds."""
-        if lo >= hi:
-            return []
-        where, params = self._scan(from_micros(lo), from_micros(hi), tenant)
-        return money_rows(self._read(HOURLY_SQL.format(where=where), params))
-
-    def input_side_percentiles(self, start_from: datetime, start_to: datetime, tenant: str | None,
-                               percents: Sequence[int]) -> dict[str, list[int]]:
-        """Exact nearest-rank percentiles of input-side tokens per metered request, per tenant
-        (proxy/ledger/percentiles.py); long ranges are read as rowid runs (_scan)."""
-        return input_side_percentiles(self._read, self._scan, "?", start_from, start_to, tenant, percents)
-
     def _scan(self, start_from: datetime, start_to: datetime, tenant: str | None) -> tuple[str, tuple[object, ...]]:
         """A WHERE clause for reading a long range row by row.
 
@@ -264,11 +197,12 @@ class SqliteStore:
         answer is exact whatever the order; when the run is much wider than the rows in
         range (records imported far out of order), the index is used as before.
         """
-        where, params = _range(start_from, start_to, None)
-        [(first, last, n)] = self._read(f"SELECT MIN(rowid), MAX(rowid), COUNT(*) FROM requests WHERE {where}",
-                                        params)
+        where, params = self._range(start_from, start_to, None)
+        [run] = self._read(f"SELECT MIN(rowid) AS first, MAX(rowid) AS last, COUNT(*) AS n FROM requests "
+                           f"WHERE {where}", params)
+        first, last, n = run["first"], run["last"], run["n"]
         if not n or last - first + 1 > _DENSE * n:
-            return _range(start_from, start_to, tenant)
+            return self._range(start_from, start_to, tenant)
         # The unary + keeps SQLite from choosing an index on these columns over the rowid run.
         where = "rowid BETWEEN ? AND ? AND +start >= ? AND +start < ?"
         params = (first, last, *params)
@@ -276,15 +210,23 @@ class SqliteStore:
             where, params = where + " AND +tenant = ?", (*params, tenant)
         return where, params
 
-    def _read(self, sql: str, params: tuple[object, ...]) -> list[tuple[Any, ...]]:
-        """One read on its own connection; every failure surfaces as StoreUnavailable."""
-        con = self._reader()
-        try:
-            return con.execute(sql, params).fetchall()
-        except sqlite3.Error as e:
-            raise StoreUnavailable(f"{self.path}: {e}") from e
-        finally:
-            con.close()
+
+class _Session:
+    """A migration on SQLite: statements one at a time, as SQLite itself splits a script."""
+
+    def __init__(self, con: sqlite3.Connection) -> None:
+        self.con = con
+
+    def execute(self, sql: str, params: tuple[object, ...] = ()) -> None:
+        self.con.execute(sql, params)
+
+    def fetch(self, sql: str, params: tuple[object, ...] = ()) -> list[Row]:
+        rows: list[Row] = self.con.execute(sql, params).fetchall()
+        return rows
+
+    def script(self, sql: str) -> None:
+        for statement in _statements(sql):
+            self.con.execute(statement)
 
 
 class SqliteWriter:
@@ -298,13 +240,13 @@ class SqliteWriter:
         self._files: list[tuple[Path, FileId]] = [(path, identity)]  # and its WAL, once written
 
     def insert_many(self, records: Sequence[Record]) -> int:
-        rows = [to_row(r) for r in records]  # RecordRefused before any transaction begins
+        rows = [values_of(to_row(r)) for r in records]  # RecordRefused before any transaction begins
         con = self.con
         try:
             con.execute("BEGIN IMMEDIATE")
             self._still_ours()
             # New rows get rowids above the largest so far; duplicates skipped get none.
-            [(before,)] = con.execute("SELECT COALESCE(MAX(rowid), 0) FROM requests").fetchall()
+            before = con.execute("SELECT COALESCE(MAX(rowid), 0) AS last FROM requests").fetchone()["last"]
             added, at = 0, 0
             for size in _CHUNKS:
                 while len(rows) - at >= size:
@@ -382,12 +324,6 @@ def _create_private(path: Path) -> None:
 def _insert(rows: int) -> str:
     return (f"INSERT INTO requests ({', '.join(COLUMNS)}) VALUES {', '.join([_ROW] * rows)} "
             "ON CONFLICT (id) DO NOTHING")
-
-
-def _range(start_from: datetime, start_to: datetime, tenant: str | None) -> tuple[str, tuple[object, ...]]:
-    if tenant is None:
-        return "start >= ? AND start < ?", (to_micros(start_from), to_micros(start_to))
-    return "tenant = ? AND start >= ? AND start < ?", (tenant, to_micros(start_from), to_micros(start_to))
 
 
 def _statements(script: str) -> Iterator[str]:

@@ -1,0 +1,241 @@
+"""What the ledger needs from a database, and the SQL that answers it, written once.
+
+A store has a migrate step, a per-thread writer that inserts batches idempotently on the
+primary key, and reads that stream. SqlStore holds every query and the migration steps;
+a dialect (sqlite.py, postgres.py) brings only what truly differs: its parameter mark, its
+connections and how it streams, its migration lock, its batch insert (upsert syntax and
+rollup upkeep) and which of its errors mean "this record" rather than "the database".
+Rows travel by column name (proxy/ledger/store/rows.py).
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from proxy.ledger.migrations import load, unknown
+from proxy.ledger.record import Record
+from proxy.ledger.store.errors import LedgerOutdated, LedgerTooNew, StoreUnavailable
+from proxy.ledger.store.percentiles import input_side_percentiles
+from proxy.ledger.store.rows import HOUR_US, HourlyRow, Row, exact, from_micros, from_row, money, to_micros, whole_hours
+from proxy.ledger.store.sql import (
+    HOURLY_SQL,
+    LEDGER_ID_SQL,
+    MIGRATIONS_TABLE,
+    ROLLUP_SQL,
+    SELECT_ROWS,
+    TENANT_COST_SQL,
+)
+
+# Migration 006 makes it: 32 lowercase hex digits, safe in a file name.
+LEDGER_ID = re.compile(r"[0-9a-f]{32}\Z")
+
+
+class Writer(Protocol):
+    """One database connection, used by one thread only."""
+
+    def insert_many(self, records: Sequence[Record]) -> int:
+        """Insert in one transaction; ids already present are left alone. Returns rows added."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Store(Protocol):
+    """What the ledger and the report use of a store."""
+
+    read_only: bool
+    # Several processes on several hosts write one database: each journals in a folder of its own.
+    per_replica_journal: ClassVar[bool]
+
+    def migrate(self) -> int:
+        """Apply pending numbered migrations; returns how many ran. A read-only store checks the
+        versions instead (LedgerTooNew, LedgerOutdated) and returns 0."""
+        ...
+
+    def ledger_id(self) -> str:
+        """The id migration 006 gave this ledger, which its journal segments name."""
+        ...
+
+    def writer(self) -> Writer: ...
+
+    def query(self, start_from: datetime, start_to: datetime, tenant: str | None) -> Iterator[Record]:
+        """Records with start in [from, to), ordered by (start, id), streamed."""
+        ...
+
+    def count(self, start_from: datetime, start_to: datetime, tenant: str | None) -> int: ...
+
+    def cost_by_tenant(self, start_from: datetime, start_to: datetime) -> dict[str, int]:
+        """Sum of cost units per tenant over [from, to), summed by the database."""
+        ...
+
+    def default_journal_dir(self) -> Path: ...
+
+    def hourly_rows(self, start_from: datetime, start_to: datetime, tenant: str | None) -> list[HourlyRow]:
+        """Sums per UTC hour and attribution key over [from, to), by name."""
+        ...
+
+    def hourly(self, start_from: datetime, start_to: datetime, tenant: str | None) -> list[tuple[Any, ...]]:
+        """hourly_rows() as positional tuples (HourlyRow.as_tuple), for callers written before names."""
+        ...
+
+    def input_side_percentiles(self, start_from: datetime, start_to: datetime, tenant: str | None,
+                               percents: Sequence[int]) -> dict[str, list[int]]:
+        """Per tenant, exact nearest-rank percentiles of input-side tokens per metered request."""
+        ...
+
+
+class Session(Protocol):
+    """One migration's connection, in a transaction that holds the dialect's migration lock."""
+
+    def execute(self, sql: str, params: tuple[object, ...] = ()) -> None: ...
+
+    def fetch(self, sql: str, params: tuple[object, ...] = ()) -> list[Row]: ...
+
+    def script(self, sql: str) -> None:
+        """A whole migration file."""
+        ...
+
+
+class SqlStore(ABC):
+    """The shared SQL of both dialects; subclasses supply the hooks marked abstract."""
+
+    dialect: ClassVar[str]  # the migrations' dialect name
+    mark: ClassVar[str]  # the driver's parameter mark
+    id_order: ClassVar[str]  # how ids sort: by their bytes on both backends
+    timestamp: ClassVar[str]  # schema_migrations.applied_at's type and default
+    per_replica_journal: ClassVar[bool]
+
+    def __init__(self, shown: str, *, read_only: bool) -> None:
+        self.shown = shown  # the ledger as messages name it (no password)
+        self.read_only = read_only
+
+    # --- what a dialect brings ----------------------------------------------------------
+    @abstractmethod
+    def _read(self, sql: str, params: tuple[object, ...]) -> list[Row]:
+        """One read on its own connection, rows by name; every failure is StoreUnavailable."""
+
+    @abstractmethod
+    def _stream(self, sql: str, params: tuple[object, ...]) -> Iterator[Row]:
+        """As _read, a few rows at a time, never the whole result in memory."""
+
+    @abstractmethod
+    def _migrating(self) -> AbstractContextManager[Session]:
+        """A session for migrations: committed on leaving, rolled back on an error; database
+        errors surface as StoreUnavailable."""
+
+    @abstractmethod
+    def writer(self) -> Writer: ...
+
+    @abstractmethod
+    def default_journal_dir(self) -> Path: ...
+
+    def _scan(self, start_from: datetime, start_to: datetime, tenant: str | None) -> tuple[str, tuple[object, ...]]:
+        """A WHERE clause for summing a range row by row; a dialect may read long ranges its own way."""
+        return self._range(start_from, start_to, tenant)
+
+    def _applied(self) -> set[int]:
+        return {int(row["version"]) for row in self._read("SELECT version FROM schema_migrations", ())}
+
+    # --- schema -------------------------------------------------------------------------
+    def migrate(self) -> int:
+        if self.read_only:
+            self._check_schema()
+            return 0
+        shipped = load(self.dialect)
+        with self._migrating() as session:
+            session.execute(MIGRATIONS_TABLE.format(timestamp=self.timestamp))
+            applied = {int(row["version"]) for row in session.fetch("SELECT version FROM schema_migrations")}
+            if newer := unknown(applied, shipped):
+                raise LedgerTooNew(self.shown, newer)  # leaving the session rolls back
+            ran = 0
+            for m in shipped:
+                if m.version not in applied:
+                    session.script(m.sql)
+                    session.execute(f"INSERT INTO schema_migrations (version, name) VALUES ({self.mark}, {self.mark})",
+                                    (m.version, m.name))
+                    ran += 1
+            return ran
+
+    def _check_schema(self) -> None:
+        """A read-only store's migrate(): the ledger has exactly the migrations this build ships."""
+        applied, shipped = self._applied(), load(self.dialect)
+        if newer := unknown(applied, shipped):
+            raise LedgerTooNew(self.shown, newer)
+        if missing := [m.version for m in shipped if m.version not in applied]:
+            raise LedgerOutdated(self.shown, missing)
+
+    def schema_version(self) -> int:
+        """The newest migration the ledger has (0: none)."""
+        return max(self._applied(), default=0)
+
+    def ledger_id(self) -> str:
+        rows = self._read(LEDGER_ID_SQL, ())
+        value = rows[0]["value"] if rows else None
+        if not isinstance(value, str) or not LEDGER_ID.match(value):
+            raise StoreUnavailable(f"{self.shown}: ledger_meta holds no ledger id of 32 hex digits ({value!r})")
+        return value
+
+    # --- reads --------------------------------------------------------------------------
+    def query(self, start_from: datetime, start_to: datetime, tenant: str | None) -> Iterator[Record]:
+        where, params = self._range(start_from, start_to, tenant)
+        for row in self._stream(SELECT_ROWS.format(where=where, id=self.id_order), params):
+            yield from_row(row)
+
+    def count(self, start_from: datetime, start_to: datetime, tenant: str | None) -> int:
+        where, params = self._range(start_from, start_to, tenant)
+        [row] = self._read(f"SELECT COUNT(*) AS n FROM requests WHERE {where}", params)
+        return exact(row["n"])
+
+    def cost_by_tenant(self, start_from: datetime, start_to: datetime) -> dict[str, int]:
+        """From the rollup for the range's whole UTC hours, from the requests for the rest; added up
+        in Python, so no SQL sum spans more than an hour. Tenants that spent nothing are left out."""
+        lo, hi = to_micros(start_from), to_micros(start_to)
+        first, last = whole_hours(lo, hi)
+        m = self.mark
+        costs: dict[str, int] = {}
+        for row in self._read(TENANT_COST_SQL.format(where=f"hour >= {m} AND hour < {m}"),
+                              (first // HOUR_US, last // HOUR_US)):
+            costs[row["tenant"]] = costs.get(row["tenant"], 0) + money(row["cost_usd"], row["cost_rest"])
+        for part in self._summed(lo, first, None) + self._summed(last, hi, None):
+            costs[part.tenant] = costs.get(part.tenant, 0) + part.cost_units
+        return {tenant: units for tenant, units in costs.items() if units}
+
+    def hourly_rows(self, start_from: datetime, start_to: datetime, tenant: str | None) -> list[HourlyRow]:
+        """Sums per UTC hour and attribution key: the range's whole UTC hours from the rollup, its
+        partial first and last hours (zones with half-hour offsets, such as Asia/Kolkata) summed
+        from the requests themselves."""
+        lo, hi = to_micros(start_from), to_micros(start_to)
+        first, last = whole_hours(lo, hi)
+        m = self.mark
+        where = f"hour >= {m} AND hour < {m}" + (f" AND tenant = {m}" if tenant is not None else "")
+        params = (first // HOUR_US, last // HOUR_US, *((tenant,) if tenant is not None else ()))
+        rolled = [HourlyRow.from_sums(row) for row in self._read(ROLLUP_SQL.format(where=where), params)]
+        return self._summed(lo, first, tenant) + rolled + self._summed(last, hi, tenant)
+
+    def hourly(self, start_from: datetime, start_to: datetime, tenant: str | None) -> list[tuple[Any, ...]]:
+        return [row.as_tuple() for row in self.hourly_rows(start_from, start_to, tenant)]
+
+    def _summed(self, lo: int, hi: int, tenant: str | None) -> list[HourlyRow]:
+        """HOURLY_SQL over the requests in [lo, hi) microseconds."""
+        if lo >= hi:
+            return []
+        where, params = self._scan(from_micros(lo), from_micros(hi), tenant)
+        return [HourlyRow.from_sums(row) for row in self._read(HOURLY_SQL.format(where=where), params)]
+
+    def input_side_percentiles(self, start_from: datetime, start_to: datetime, tenant: str | None,
+                               percents: Sequence[int]) -> dict[str, list[int]]:
+        """Exact nearest-rank percentiles of input-side tokens per metered request, per tenant
+        (proxy/ledger/store/percentiles.py)."""
+        return input_side_percentiles(self._read, self._scan, self.mark, start_from, start_to, tenant, percents)
+
+    def _range(self, start_from: datetime, start_to: datetime, tenant: str | None) -> tuple[str, tuple[object, ...]]:
+        m, span = self.mark, (to_micros(start_from), to_micros(start_to))
+        if tenant is None:
+            return f"start >= {m} AND start < {m}", span
+        return f"tenant = {m} AND start >= {m} AND start < {m}", (tenant, *span)

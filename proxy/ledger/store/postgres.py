@@ -1,0 +1,190 @@
+"""The PostgreSQL ledger: one database for several llmmeter replicas, same schema as SQLite.
+
+Each importer thread owns one connection; every read opens its own and streams rows
+through a server-side cursor. Any failure of the server or the connection surfaces as
+StoreUnavailable, so the ledger keeps records in its journal and backlog and retries.
+A record the database refuses for its content (a number beyond BIGINT, a constraint) is
+RecordRefused instead: the ledger then sets that record aside (proxy/ledger/deadletter.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import pq
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.rows import DictRow, dict_row
+
+from proxy.ledger.record import Record
+from proxy.ledger.store.base import Session, SqlStore
+from proxy.ledger.store.errors import RecordRefused, StoreUnavailable
+from proxy.ledger.store.rows import COLUMNS, Row, to_row, values_of
+from proxy.settings import redact_url
+
+_COLS = ", ".join(COLUMNS)
+# A batch is copied into a per-connection staging table, then moved with one INSERT, so
+# the rollup trigger (migration 002) runs once per batch and duplicates are skipped.
+_STAGING = "llmmeter_staging"
+_CREATE_STAGING = f"CREATE TEMP TABLE IF NOT EXISTS {_STAGING} (ord INTEGER NOT NULL, LIKE requests) " \
+                  "ON COMMIT DELETE ROWS"
+_COPY = f"COPY {_STAGING} (ord, {_COLS}) FROM STDIN"
+# In id order, so two writers that insert some of the same ids (a replay beside live
+# traffic) wait for each other in one order and never deadlock; of two rows with one id
+# in a batch the first is kept, as in SQLite.
+_MOVE = (f"INSERT INTO requests ({_COLS}) SELECT {_COLS} FROM {_STAGING} ORDER BY id COLLATE \"C\", ord "
+         "ON CONFLICT (id) DO NOTHING")
+_FETCH = 1024
+# Migrations from several replicas starting at once take turns on this advisory lock
+# (a constant: the bytes of "llmmeter").
+_MIGRATE_LOCK = int.from_bytes(b"llmmeter", "big")
+# SPEC "Settings": the journal of a ledger that is not a file sits under the working directory.
+DEFAULT_JOURNAL_DIR = Path("data/journal")
+
+
+class PostgresStore(SqlStore):
+    dialect = "postgresql"
+    mark = "%s"
+    id_order = 'id COLLATE "C"'  # ids order by their bytes, as in SQLite, whatever the database's locale
+    timestamp = "TIMESTAMPTZ NOT NULL DEFAULT now()"
+    per_replica_journal = True  # replicas on several hosts, or several on one: never one folder for two
+
+    def __init__(self, url: str, busy_timeout_s: float = 5.0, *, read_only: bool = False) -> None:
+        super().__init__(redact(url), read_only=read_only)
+        self.safe_url = self.shown
+        scheme, _, rest = url.partition("://")
+        # `postgresql+psycopg://` (SQLAlchemy's spelling) is the same URL to libpq.
+        url = "postgresql://" + rest if scheme.lower().startswith("postgresql+") else url
+        try:
+            params = conninfo_to_dict(url)
+        except psycopg.Error:
+            # libpq's own message may quote the URL, password and all.
+            raise ValueError(f"ledger URL {self.safe_url!r} is not a PostgreSQL URL libpq accepts") from None
+        # Waiting on a lock longer than SQLite's busy timeout is an outage like SQLite's: retried.
+        lock_ms = max(1, round(busy_timeout_s * 1000))
+        options = f"{params.get('options') or ''} -c lock_timeout={lock_ms}"
+        if read_only:  # the server itself refuses any write from a read-only command
+            options += " -c default_transaction_read_only=on"
+        params["options"] = options.strip()
+        params.setdefault("connect_timeout", max(2, math.ceil(busy_timeout_s)))
+        params.setdefault("application_name", "llmmeter")
+        self._conninfo = make_conninfo("", **params)
+
+    def _connect(self) -> psycopg.Connection[DictRow]:
+        try:
+            return psycopg.connect(self._conninfo, autocommit=True, row_factory=dict_row)
+        except psycopg.Error as e:
+            raise StoreUnavailable(f"{self.safe_url}: {e}") from e
+
+    def default_journal_dir(self) -> Path:
+        return DEFAULT_JOURNAL_DIR.absolute()
+
+    def _read(self, sql: str, params: tuple[object, ...]) -> list[Row]:
+        con = self._connect()
+        try:
+            return list(con.execute(sql.encode(), params).fetchall())
+        except psycopg.Error as e:
+            raise StoreUnavailable(f"{self.safe_url}: {e}") from e
+        finally:
+            con.close()
+
+    def _stream(self, sql: str, params: tuple[object, ...]) -> Iterator[Row]:
+        con = self._connect()
+        try:
+            # A named cursor lives on the server: rows come _FETCH at a time, never the whole range.
+            with con.transaction(), con.cursor(name="llmmeter_rows") as cur:
+                cur.itersize = _FETCH
+                cur.execute(sql.encode(), params)
+                yield from cur
+        except psycopg.Error as e:
+            raise StoreUnavailable(f"{self.safe_url}: {e}") from e
+        finally:
+            con.close()
+
+    @contextlib.contextmanager
+    def _migrating(self) -> Iterator[Session]:
+        con = self._connect()
+        try:
+            with con.transaction():  # an exception leaving the block rolls back
+                con.execute("SET LOCAL lock_timeout = 0")  # a migration elsewhere may take a while: wait for it
+                con.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATE_LOCK,))
+                yield _Session(con)
+        except psycopg.Error as e:
+            raise StoreUnavailable(f"{self.safe_url}: migration failed: {e}") from e
+        finally:
+            con.close()
+
+    def writer(self) -> PostgresWriter:
+        if self.read_only:
+            raise StoreUnavailable(f"{self.safe_url}: opened read-only")
+        con = self._connect()
+        try:
+            con.execute(_CREATE_STAGING)
+        except psycopg.Error as e:
+            con.close()
+            raise StoreUnavailable(f"{self.safe_url}: {e}") from e
+        return PostgresWriter(con, self.safe_url)
+
+
+class _Session:
+    """A migration on PostgreSQL: a whole file goes as one simple query (no parameters)."""
+
+    def __init__(self, con: psycopg.Connection[DictRow]) -> None:
+        self.con = con
+
+    def execute(self, sql: str, params: tuple[object, ...] = ()) -> None:
+        self.con.execute(sql.encode(), params)
+
+    def fetch(self, sql: str, params: tuple[object, ...] = ()) -> list[Row]:
+        return list(self.con.execute(sql.encode(), params).fetchall())
+
+    def script(self, sql: str) -> None:
+        self.con.execute(sql.encode())
+
+
+class PostgresWriter:
+    """The importer thread's connection, with its own staging table."""
+
+    def __init__(self, con: psycopg.Connection[DictRow], safe_url: str) -> None:
+        self.con, self.safe_url = con, safe_url
+
+    def insert_many(self, records: Sequence[Record]) -> int:
+        rows = [_text_safe(values_of(to_row(r))) for r in records]  # RecordRefused before any transaction begins
+        try:
+            with self.con.transaction(), self.con.cursor() as cur:
+                with cur.copy(_COPY) as copy:
+                    for i, row in enumerate(rows):
+                        copy.write_row((i, *row))
+                cur.execute(_MOVE)
+                return cur.rowcount
+        except Exception as e:
+            if self.con.closed or self.con.info.transaction_status != pq.TransactionStatus.IDLE:
+                raise StoreUnavailable(f"{self.safe_url}: {e}") from e  # nothing to go on with: a new connection
+            if isinstance(e, _REFUSALS):
+                raise RecordRefused(f"{self.safe_url}: the database refused a ledger record: {e}") from e
+            raise StoreUnavailable(f"{self.safe_url}: {e}") from e
+
+    def close(self) -> None:
+        with contextlib.suppress(psycopg.Error):  # a broken connection has nothing left to save
+            self.con.close()
+
+
+# What a record's content can make PostgreSQL (or the COPY that sends it) refuse: a value
+# out of range, a constraint, a string it cannot encode; the rest is the server's trouble.
+_REFUSALS = (psycopg.DataError, psycopg.IntegrityError, psycopg.errors.ProgramLimitExceeded,
+             OverflowError, TypeError, ValueError)
+
+
+def redact(url: str) -> str:
+    """The URL without its password or query (which may hold one), for messages and logs."""
+    return redact_url(url)  # one redaction for every spelling: unencoded '/', '@', DSNs
+
+
+def _text_safe(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """PostgreSQL text cannot hold NUL, which a client can put in a model name: store U+FFFD
+    rather than lose the record."""
+    return tuple(v.replace("\x00", "\ufffd") if isinstance(v, str) and "\x00" in v else v for v in row)

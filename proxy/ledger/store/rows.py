@@ -1,0 +1,166 @@
+"""Ledger rows by name: a Record as the `requests` table's columns, and the report's hourly sums.
+
+The columns are named once (COLUMNS: the Record's fields, then the cost's carry); a row goes
+into the database as a dict of them and comes back as `sqlite3.Row` or psycopg's `dict_row`,
+read by name, never by position.
+
+Money never overflows and never turns into a float (migration 005). A record costs at most
+MAX_COST_UNITS (4 x 10^19 units, pricing/calculator.py), more than BIGINT holds, so it is
+stored as `cost_units` (the cost modulo 10^18: the whole cost for any record under $100M)
+plus `cost_carry` (the cost's multiples of 10^18). Sums are taken in two parts that each fit:
+whole dollars (at most 4 x 10^9 per record) and the rest (under 10^10 per record); the
+hourly rollup keeps them the same way (`cost_usd`, and `cost_units` below 10^10). So a SQL
+sum over n records stays below 9.2 x 10^18 for n up to 9.2 x 10^8 records in one UTC hour
+and attribution key, even with every record at the caps (tests/ledger/test_money_bounds.py);
+SQLite's SUM() raises rather than overflow, its `+` is checked by a CHECK constraint, and
+Python adds the parts together into one exact integer. Token counts are refused above
+MAX_TOKENS (10^9) per field, so their sums fit for 9.2 x 10^9 records an hour.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from operator import itemgetter
+from typing import Any, Protocol
+
+from pricing.calculator import MAX_COST_UNITS, MAX_TOKENS, UNITS_PER_USD
+from proxy.ledger.record import Record
+from proxy.ledger.store.errors import RecordRefused, StoreUnavailable
+
+# Database columns: the Record's fields in declaration order, then the cost's carry (005).
+COLUMNS: tuple[str, ...] = (*(f.name for f in fields(Record)), "cost_carry")
+CARRY = 10**18  # cost = cost_carry * CARRY + cost_units
+HOUR_US = 3_600_000_000  # an hour in microseconds; rollups are keyed by start // HOUR_US
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_US = timedelta(microseconds=1)
+# The Record fields a row keeps as they are; the others are converted both ways below.
+_CONVERTED = ("start", "stream", "flags", "price_effective_from", "cost_units")
+_AS_IS = tuple(name for name in COLUMNS if name not in (*_CONVERTED, "cost_carry"))
+values_of = itemgetter(*COLUMNS)  # a row dict's values in COLUMNS order, for positional parameters
+
+
+class Row(Protocol):
+    """A row read back by column name: `sqlite3.Row` or a psycopg `dict_row`."""
+
+    def __getitem__(self, key: str, /) -> Any: ...
+
+
+def to_row(r: Record) -> dict[str, Any]:
+    """The Record as the `requests` row, by column name (every name in COLUMNS); RecordRefused for a
+    value beyond the caps the ledger's sums are sized for, or one that is no row at all."""
+    try:
+        i, cr, cw, o, rt, cost = (r.input_tokens, r.cache_read_tokens, r.cache_write_tokens, r.output_tokens,
+                                  r.reasoning_tokens, r.cost_units)
+        # Spelled out, not a loop: this runs for every record on the importer thread.
+        if not (type(i) is int and type(cr) is int and type(cw) is int and type(o) is int
+                and 0 <= i <= MAX_TOKENS and 0 <= cr <= MAX_TOKENS and 0 <= cw <= MAX_TOKENS and 0 <= o <= MAX_TOKENS
+                and (rt is None or (type(rt) is int and 0 <= rt <= MAX_TOKENS))):
+            raise RecordRefused(f"record {r.id!r}: token counts must be integers from 0 to {MAX_TOKENS}")
+        if cost is not None and not (type(cost) is int and 0 <= cost <= MAX_COST_UNITS):
+            raise RecordRefused(f"record {r.id!r}: cost {cost!r} is not an integer from 0 to {MAX_COST_UNITS} units")
+        carry, units = (0, None) if cost is None else divmod(cost, CARRY)
+        pef = r.price_effective_from
+        row = dict(vars(r))  # the fields by name; a dataclass without slots keeps them in __dict__
+        row.update(start=to_micros(r.start), stream=int(r.stream), flags=",".join(r.flags),
+                   price_effective_from=None if pef is None else to_micros(pef), cost_units=units, cost_carry=carry)
+        return row
+    except (TypeError, ValueError, AttributeError, OverflowError) as e:
+        raise RecordRefused(f"record {getattr(r, 'id', '?')!r} cannot be a ledger row: {e}") from e
+
+
+def from_row(row: Row) -> Record:
+    """A `requests` row, read by column name, as the Record it was made from."""
+    pef, units, flags = row["price_effective_from"], row["cost_units"], row["flags"]
+    return Record(
+        **{name: row[name] for name in _AS_IS},
+        start=from_micros(row["start"]), stream=bool(row["stream"]), flags=flags.split(",") if flags else [],
+        price_effective_from=None if pef is None else from_micros(pef),
+        cost_units=None if units is None else int(row["cost_carry"]) * CARRY + int(units),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class HourlyRow:
+    """The report's sums for one UTC hour and attribution key (store.hourly_rows)."""
+
+    hour: int  # UTC hours since the epoch
+    model: str  # the canonical model, else the one requested, else ""
+    unpriced_model: bool  # no price-table model was known
+    tier: str
+    upstream: str
+    tenant: str
+    tag: str
+    workload: str
+    metered: bool  # a metered endpoint (chat, completions, embeddings, responses, messages)
+    requests: int
+    input_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    output_tokens: int
+    reasoning_tokens: int
+    estimated: int  # requests whose usage was estimated
+    unpriced: int  # metered requests with no price
+    cost_units: int  # 10^-10 USD, exact
+
+    @property
+    def start(self) -> datetime:
+        return _EPOCH + timedelta(hours=self.hour)
+
+    @classmethod
+    def from_sums(cls, row: Row) -> HourlyRow:
+        """A row of HOURLY_SQL or ROLLUP_SQL: the cost's two parts (whole dollars, the rest) made
+        one exact integer of units, every database number a Python int."""
+        return cls(
+            hour=exact(row["hour"]), model=row["model"], unpriced_model=bool(row["unpriced_model"]),
+            tier=row["tier"], upstream=row["upstream"], tenant=row["tenant"], tag=row["tag"],
+            workload=row["workload"], metered=bool(row["metered"]), requests=exact(row["requests"]),
+            input_tokens=exact(row["input_tokens"]), cache_read_tokens=exact(row["cache_read_tokens"]),
+            cache_write_tokens=exact(row["cache_write_tokens"]), output_tokens=exact(row["output_tokens"]),
+            reasoning_tokens=exact(row["reasoning_tokens"]), estimated=exact(row["estimated"]),
+            unpriced=exact(row["unpriced"]),
+            cost_units=money(row["cost_usd"], row["cost_rest"]),
+        )
+
+    def as_tuple(self) -> tuple[Any, ...]:
+        """The positional shape `Store.hourly` has always returned (0/1 for the two flags)."""
+        return (self.hour, self.model, int(self.unpriced_model), self.tier, self.upstream, self.tenant, self.tag,
+                self.workload, int(self.metered), self.requests, self.input_tokens, self.cache_read_tokens,
+                self.cache_write_tokens, self.output_tokens, self.reasoning_tokens, self.estimated, self.unpriced,
+                self.cost_units)
+
+
+def money(usd: Any, rest: Any) -> int:
+    """Units from a sum taken in two parts: whole dollars and the units below them."""
+    return exact(usd) * UNITS_PER_USD + exact(rest)
+
+
+def exact(v: Any) -> int:
+    """A database integer or sum as a Python int. PostgreSQL sums BIGINT as NUMERIC; a float
+    would mean a sum went inexact: refused."""
+    if isinstance(v, float):
+        raise StoreUnavailable(f"the ledger returned an inexact number {v!r} where sums must be integers")
+    if isinstance(v, Decimal | int):
+        return int(v)
+    raise StoreUnavailable(f"the ledger returned {v!r} where an integer belongs")
+
+
+def to_micros(t: datetime) -> int:
+    """Exact integer microseconds since the epoch; a naive time is taken as UTC."""
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=UTC)
+    return (t - _EPOCH) // _US
+
+
+def from_micros(us: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=us)
+
+
+def whole_hours(lo: int, hi: int) -> tuple[int, int]:
+    """The whole UTC hours inside [lo, hi) microseconds, as [first, last); (hi, hi) if none.
+
+    Rollups answer for those; the partial hours before and after (zones with half-hour
+    offsets) are summed from the requests."""
+    first, last = -(-lo // HOUR_US) * HOUR_US, hi // HOUR_US * HOUR_US
+    return (first, last) if first < last else (hi, hi)

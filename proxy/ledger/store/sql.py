@@ -1,0 +1,54 @@
+"""The ledger's SQL, written once for SQLite and PostgreSQL alike.
+
+Portable SQL: truth values as CASE 0/1, never summed booleans; no `%`, which psycopg would
+take for a parameter. The store fills in `{where}` with its dialect's parameter marks.
+Money is summed in two parts that cannot overflow (proxy/ledger/store/rows.py);
+HourlyRow.from_sums makes them one exact integer again.
+"""
+
+from __future__ import annotations
+
+from pricing.calculator import UNITS_PER_USD
+from proxy.ledger.store.rows import CARRY, COLUMNS
+
+# The report aggregates in the database: one row per UTC hour and attribution key, so
+# its memory follows the number of distinct keys, never the number of requests.
+METERED_SQL = "'chat', 'completions', 'embeddings', 'responses', 'messages'"
+COST_USD = f"(cost_units / {UNITS_PER_USD} + cost_carry * {CARRY // UNITS_PER_USD})"  # whole dollars
+COST_REST = f"(cost_units - cost_units / {UNITS_PER_USD} * {UNITS_PER_USD})"  # the units below a dollar
+INPUT_SIDE = "(input_tokens + cache_read_tokens + cache_write_tokens)"
+# The size bucket a request counts in (migration 003): the largest bound at or below its input side.
+BUCKET_OF = f"SELECT MAX(lo) FROM input_side_bounds WHERE lo <= {INPUT_SIDE}"
+HOURLY_SQL = f"""
+SELECT start / 3600000000 AS hour,
+       COALESCE(model, model_requested, '') AS model, CASE WHEN model IS NULL THEN 1 ELSE 0 END AS unpriced_model,
+       COALESCE(tier, '') AS tier, upstream, tenant, COALESCE(tag, '') AS tag, COALESCE(workload, '') AS workload,
+       CASE WHEN endpoint IN ({METERED_SQL}) THEN 1 ELSE 0 END AS metered,
+       COUNT(*) AS requests,
+       SUM(input_tokens) AS input_tokens, SUM(cache_read_tokens) AS cache_read_tokens,
+       SUM(cache_write_tokens) AS cache_write_tokens, SUM(output_tokens) AS output_tokens,
+       COALESCE(SUM(reasoning_tokens), 0) AS reasoning_tokens,
+       SUM(CASE WHEN usage_source = 'estimated' THEN 1 ELSE 0 END) AS estimated,
+       SUM(CASE WHEN cost_units IS NULL AND outcome != 'rejected' AND endpoint IN ({METERED_SQL}) THEN 1 ELSE 0 END)
+           AS unpriced,
+       COALESCE(SUM({COST_USD}), 0) AS cost_usd, COALESCE(SUM({COST_REST}), 0) AS cost_rest
+FROM requests WHERE {{where}}
+GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9
+"""
+# The same rows, by the same names, from the rollup migration 002 keeps: for whole UTC hours.
+ROLLUP_SQL = """
+SELECT hour, model, unpriced_model, tier, upstream, tenant, tag, workload, metered, requests,
+       input_tokens, cache_read_tokens, cache_write_tokens, output_tokens, reasoning_tokens,
+       estimated, unpriced, cost_usd, cost_units AS cost_rest
+FROM hourly_rollup WHERE {where}
+"""
+# Month-to-date spend per tenant from the rollup, per hour: Python adds the hours up.
+TENANT_COST_SQL = """
+SELECT tenant, hour, SUM(cost_usd) AS cost_usd, SUM(cost_units) AS cost_rest FROM hourly_rollup WHERE {where}
+GROUP BY 1, 2
+"""
+SELECT_ROWS = f"SELECT {', '.join(COLUMNS)} FROM requests WHERE {{where}} ORDER BY start, {{id}}"
+MIGRATIONS_TABLE = ("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
+                    "name TEXT NOT NULL, applied_at {timestamp})")
+# Migration 006: the ledger's own id, which every journal segment written for it names.
+LEDGER_ID_SQL = "SELECT value FROM ledger_meta WHERE key = 'ledger_id'"
