@@ -8,6 +8,7 @@ from zoneinfo import ZoneInfo
 from pricing import PriceBook, default_tables_dir, load_dir
 from proxy.ledger import Ledger
 from proxy.report import ReportInput, build_report
+from proxy.report.model import Report
 from proxy.settings import SelfHost
 from tests.ledger.helpers import full_record
 
@@ -21,7 +22,7 @@ STAMPS = {
 }
 
 
-def report(ledger: Ledger, tz: str) -> dict[str, object]:
+def report(ledger: Ledger, tz: str) -> Report:
     inp = ReportInput(month="2026-11", tz=ZoneInfo(tz), book=PriceBook(load_dir(default_tables_dir())),
                       selfhost=SelfHost(), workload_bounds=(4096, 32768, 131072),
                       now=datetime(2026, 12, 15, tzinfo=UTC))
@@ -37,15 +38,14 @@ def test_dst_month_uses_local_days_and_hours(db_url: str, ledgers: list[Ledger])
     assert ledger.flush(10)
     r = report(ledger, "America/New_York")
     inside = [v for v in STAMPS.values() if v]
-    assert r["totals"]["requests"] == len(inside)  # type: ignore[index]
-    daily = {d["date"]: d["requests"] for d in r["daily"] if d["requests"]}  # type: ignore[attr-defined]
+    assert r.totals.usage.requests == len(inside)
+    daily = {d.date.isoformat(): d.usage.requests for d in r.daily if d.usage.requests}
     assert daily == {"2026-11-01": 2, "2026-11-30": 1}
-    hours = {h["hour"]: h["requests"] for h in r["hourly_profile"] if h["requests"]}  # type: ignore[attr-defined]
+    hours = {h.hour: h.requests for h in r.hourly_profile if h.requests}
     assert hours == {0: 1, 1: 1, 23: 1}
-    assert len(r["daily"]) == 30  # type: ignore[arg-type]
+    assert len(r.daily) == 30
     # A half-hour zone: month bounds off whole UTC hours, summed from the requests themselves.
     # November there is [2026-10-31T18:30Z, 2026-11-30T18:30Z): the three Nov 1 stamps, not Dec 1's.
     kolkata = report(ledger, "Asia/Kolkata")
-    assert kolkata["totals"]["requests"] == 3  # type: ignore[index]
-    assert {d["date"]: d["requests"] for d in kolkata["daily"] if d["requests"]} == {  # type: ignore[attr-defined]
-        "2026-11-01": 3}
+    assert kolkata.totals.usage.requests == 3
+    assert {d.date.isoformat(): d.usage.requests for d in kolkata.daily if d.usage.requests} == {"2026-11-01": 3}
