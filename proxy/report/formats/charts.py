@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 
 from pricing import usd
 from proxy.report.formats.svg import PALETTE, Axis, Line, Mark, Series, bar_chart, line_chart, nice_ticks
 from proxy.report.model import Report
-from proxy.report.numbers import compact, count, money, money_compact, money_ticks, percent
+from proxy.report.numbers import compact, count, money, money_compact, money_decimal, money_ticks, percent
 
 WORKLOADS = (("short", "short"), ("medium", "medium"), ("long", "long"), ("very_long", "very long"))
 
@@ -25,8 +27,21 @@ def _dollars(units: int) -> float:
     return float(usd(units))
 
 
-USD_PER_DAY = Axis("cost (USD per day)", money_compact, money_ticks)
-TOKENS_PER_DAY = Axis("tokens per day", compact)
+def _exact_usd(v: float) -> str:  # a hover text: to the cent, or the digits a tiny amount needs
+    return money_decimal(Decimal(repr(v)))
+
+
+def _exact_tokens(v: float) -> str:
+    return f"{count(round(v))} tokens"
+
+
+def _compact_ticks(values: Sequence[float]) -> list[str]:
+    return [compact(v) for v in values]
+
+
+USD_PER_DAY = Axis("cost (USD per day)", _exact_usd, money_ticks)
+USD_PER_MONTH = Axis("cost (USD per month)", _exact_usd, money_ticks)
+TOKENS_PER_DAY = Axis("tokens per day", _exact_tokens, _compact_ticks)
 
 
 def _day_names(r: Report) -> tuple[list[str], list[str]]:
@@ -68,7 +83,7 @@ def tag_workload(r: Report) -> Chart:
     series = [Series(label, [cost.get((t, w), 0.0) for t in tags], PALETTE[i])
               for i, (w, label) in enumerate(WORKLOADS)]
     title = "Where the money goes: cost by tag and workload"
-    svg = bar_chart("tag-workload", title, tags, series, Axis("cost (USD per month)", money_compact, money_ticks),
+    svg = bar_chart("tag-workload", title, tags, series, USD_PER_MONTH,
                     "tag (X-LLMMeter-Tag header)")
     return Chart("tag-workload", title, svg, tuple((s.name, s.color) for s in series), note=r.workload_summary)
 
@@ -83,7 +98,8 @@ def hourly(r: Report) -> Chart:
               for name, hours, color in groups]
     title = "Tokens by local hour of day (the month's total per hour)"
     svg = bar_chart("hourly", title, [f"{h:02d}" for h in range(24)], series,
-                    Axis("tokens in the month", compact), f"hour of day, local time ({r.timezone})",
+                    Axis("tokens in the month", _exact_tokens, _compact_ticks),
+                    f"hour of day, local time ({r.timezone})",
                     hover_names=[f"{h:02d}:00-{h:02d}:59" for h in range(24)])
     peak = ranked[0]
     note = (f"Busiest hour {peak:02d}:00 with {count(tokens[peak])} tokens; peak-to-off-peak ratio "
@@ -108,13 +124,12 @@ def breakeven(r: Report) -> Chart:
     tokens, api = float(sh.api_tokens), _dollars(sh.api_cost_units)
     title = "API against self-hosting, by monthly volume"
     api_name, own_name = "API cost at this month's price per token", f"self-hosting: {money_compact(monthly)}/month"
-    x_axis = Axis("tokens per month", compact)
-    y_axis = Axis("cost (USD per month)", money_compact, money_ticks)
+    x_axis = Axis("tokens per month", _exact_tokens, _compact_ticks)
     if not (tokens and api):
         reach = nice_ticks(max(tokens * 2, 1e9))[-1]
         svg = line_chart("breakeven", title, [Line(own_name, [(0, monthly), (reach, monthly)], PALETTE[1],
                                                    label_at_start=True)], [],
-                         x_axis, y_axis, reach, max(monthly * 1.3, 1.0))
+                         x_axis, USD_PER_MONTH, reach, max(monthly * 1.3, 1.0))
         return Chart("breakeven", title, svg, ((own_name, PALETTE[1]),),
                      note="No priced API traffic this month: there is no API cost line to compare with.")
     even = float(sh.breakeven_monthly_tokens)
@@ -128,8 +143,9 @@ def breakeven(r: Report) -> Chart:
                   f"break-even: {count(sh.breakeven_monthly_tokens)} tokens a month cost "
                   f"{money(sh.monthly_cost_units)} either way ({sh.volume_multiple_to_breakeven:,.1f}x this month)",
                   color=PALETTE[5])]
-    svg = line_chart("breakeven", title, lines, marks, x_axis, y_axis, reach, max(per_token * reach, monthly) * 1.1,
-                     shade_from=even, shade_labels=("API is cheaper", "self-hosting is cheaper"))
+    top = max(per_token * reach, monthly) * 1.1
+    svg = line_chart("breakeven", title, lines, marks, x_axis, USD_PER_MONTH, reach, top, shade_from=even,
+                     shade_labels=("API is cheaper", "self-hosting is cheaper"))
     return Chart("breakeven", title, svg, ((api_name, PALETTE[0]), (own_name, PALETTE[1]),
                                            ("break-even point", PALETTE[5]), ("this month", "#222")),
                  note=sh.summary)
