@@ -67,7 +67,7 @@ def month_range(month: str, tz: ZoneInfo) -> tuple[datetime, datetime]:
 
 def build_report(store: Store, inp: ReportInput) -> Report:
     start, end = month_range(inp.month, inp.tz)
-    groups = read_groups(store.hourly(start, end, inp.tenant))
+    groups = read_groups(store.hourly_rows(start, end, inp.tenant))
     total = Sums()
     for g in groups:
         total.add(g)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
+from proxy.ledger.store import HourlyRow
 from proxy.report.model import Usage
 
 
@@ -61,15 +61,11 @@ class Group(Sums):
     metered: bool = False
 
 
-def read_groups(rows: Iterable[tuple[Any, ...]]) -> list[Group]:
-    """Store.hourly's rows (HOURLY_SQL's columns, the cost already one integer) as Groups."""
-    out = []
-    for (hour, model, unpriced_model, tier, upstream, tenant, tag, workload, metered, requests,
-         inp, cr, cw, outp, reasoning, estimated, unpriced, units) in rows:
-        out.append(Group(
-            hour=datetime.fromtimestamp(hour * 3600, UTC), model=model, unpriced_model=bool(unpriced_model),
-            tier=tier, upstream=upstream, tenant=tenant, tag=tag, workload=workload, metered=bool(metered),
-            requests=int(requests), input_tokens=int(inp), cache_read_tokens=int(cr), cache_write_tokens=int(cw),
-            output_tokens=int(outp), reasoning_tokens=int(reasoning), estimated=int(estimated),
-            unpriced=int(unpriced), cost_units=int(units)))
-    return out
+def read_groups(rows: Iterable[HourlyRow]) -> list[Group]:
+    """Store.hourly_rows as Groups the report folds."""
+    return [Group(hour=row.start, model=row.model, unpriced_model=row.unpriced_model, tier=row.tier,
+                  upstream=row.upstream, tenant=row.tenant, tag=row.tag, workload=row.workload, metered=row.metered,
+                  requests=row.requests, input_tokens=row.input_tokens, cache_read_tokens=row.cache_read_tokens,
+                  cache_write_tokens=row.cache_write_tokens, output_tokens=row.output_tokens,
+                  reasoning_tokens=row.reasoning_tokens, estimated=row.estimated, unpriced=row.unpriced,
+                  cost_units=row.cost_units) for row in rows]
