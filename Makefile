@@ -42,12 +42,9 @@ test: $(BIN)/.installed-test system-deps llama-venv dashboard-check docs lint ty
 # The documentation site (mkdocs.yml): --strict fails on a broken link, a missing anchor or
 # a page left out of the navigation. Built into build/site.
 .PHONY: docs
-docs: $(BIN)/.installed-docs
+# mkdocs and its theme come from the lock (requirements/test.txt holds the docs extra).
+docs: $(BIN)/.installed-test
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
-
-$(BIN)/.installed-docs: $(BIN)/.installed pyproject.toml
-	$(BIN)/pip install -q --no-build-isolation -e '.[docs]'
-	touch $@
 
 lint: $(BIN)/.installed-test
 	$(BIN)/ruff check proxy pricing tests bench
