@@ -32,10 +32,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.run(args)
         return code
-    except (ConfigError, PriceTableError, OutputError, ValueError) as e:  # what the user gave is wrong
+    except (ConfigError, PriceTableError, OutputError) as e:  # what the user gave is wrong
         print(f"llmmeter: {e}", file=sys.stderr)
         return 2
     except LLMMeterError as e:  # a ledger that cannot be opened or is too new for this build
+        # Anything else is a bug: it keeps its traceback.
         print(f"llmmeter: {e}", file=sys.stderr)
         return 1
 
@@ -153,7 +154,7 @@ def _export(args: argparse.Namespace) -> int:
     tz = _zone(args.tz)
     start, end = parse_when(args.start, tz), parse_when(args.end, tz)
     if end <= start:
-        raise ValueError("--to must be after --from (it is exclusive)")
+        raise ConfigError("--to must be after --from (it is exclusive)")
     s = _settings(args, db=args.db)
     ledger = Ledger(s.ledger_url, s.journal_dir, s.fsync, read_only=True)  # no import, no migration
     output = _output(args.out, ledger)
@@ -251,7 +252,7 @@ def _zone(name: str) -> ZoneInfo:
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"unknown time zone {name!r} (use an IANA name like America/Sao_Paulo)") from None
+        raise ConfigError(f"unknown time zone {name!r} (use an IANA name like America/Sao_Paulo)") from None
 
 
 def _prices_check(args: argparse.Namespace) -> int:

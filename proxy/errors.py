@@ -4,6 +4,8 @@
      ├── ConfigError        bad config file, flag or environment (file:line, flag or variable in the message)
      ├── PriceTableError    broken price tables (pricing/loader.py; "file:line: what" per error)
      ├── OutputError        an --out that cannot be written, or that is the ledger or its journal
+     ├── ledger errors      (proxy/ledger/store/errors.py) StoreUnavailable, RecordRefused,
+     │                      LedgerMissing, LedgerOutdated, LedgerTooNew
      └── UpstreamError      the upstream failed this request
           ├── Unreachable   no response: connecting (refused, DNS, TLS, egress proxy) or the
           │                 connection closed before a response byte
@@ -12,6 +14,8 @@
           │    └── MalformedResponse   the upstream's bytes are not a valid HTTP/1.1 response
           └── StreamBroken  the relay gave up after the client's response began: its stream is aborted
 
+Commands print an LLMMeterError as one line (exit 2 for what the user gave, 1 for the
+ledger's state); any other exception is a bug and keeps its traceback.
 Errors the proxy makes itself use the API's own error shape (SPEC "HTTP surface"), so
 SDKs raise their usual exceptions.
 """

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Literal, TextIO
 import orjson
 
 from pricing import format_usd
-from proxy.errors import OutputError
+from proxy.errors import ConfigError, OutputError
 from proxy.ledger.record import EXPORT_COLUMNS, Record
 from proxy.times import check_year, parse_when, rfc3339
 
@@ -42,7 +42,7 @@ def write_export(rows: Iterable[Record], fmt: Literal["csv", "jsonl"], out: Text
                  progress: Callable[[int], None] | None = None) -> int:
     """Write every row in EXPORT_COLUMNS order; returns how many were written."""
     if fmt not in ("csv", "jsonl"):
-        raise ValueError(f"unknown export format {fmt!r} (csv or jsonl)")
+        raise ConfigError(f"unknown export format {fmt!r} (csv or jsonl)")
     n = 0
     writer = csv_writer(out) if fmt == "csv" else None
     if writer is not None:

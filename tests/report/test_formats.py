@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from proxy.errors import ConfigError
 from proxy.report import render
 from proxy.report.model import Forecast, ModelRow, Reprice, TagRow, TenantRow, Totals, Usage
 from tests.report.dom import Page
@@ -162,5 +163,5 @@ def test_html_of_an_empty_month() -> None:
 
 
 def test_unknown_format_is_refused() -> None:
-    with pytest.raises(ValueError, match="not available"):
+    with pytest.raises(ConfigError, match="not available"):
         render(worked_report(), "xlsx")

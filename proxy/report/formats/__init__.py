@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from proxy.errors import ConfigError
 from proxy.report.formats.csv import render_csv
 from proxy.report.formats.html import render_html
 from proxy.report.formats.json import render_json
@@ -18,5 +19,5 @@ def render(report: Report, fmt: str) -> str:
     try:
         renderer = RENDERERS[fmt]
     except KeyError:
-        raise ValueError(f"report format {fmt!r} is not available (md, json, csv or html)") from None
+        raise ConfigError(f"report format {fmt!r} is not available (md, json, csv or html)") from None
     return renderer(report)
