@@ -19,7 +19,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PATH=/opt/llmmeter/bin:$PATH \
     LLMMETER_HOST=0.0.0.0 \
     LLMMETER_PORT=8080 \
-    LLMMETER_DB=sqlite:////data/llmmeter.db
+    LLMMETER_DB=sqlite:////data/llmmeter.db \
+    XDG_CACHE_HOME=/data/cache
 RUN groupadd --system --gid 10001 llmmeter \
     && useradd --system --uid 10001 --gid llmmeter --no-create-home --home-dir /nonexistent llmmeter \
     && mkdir /data \

@@ -89,3 +89,15 @@ def test_the_ledger_on_its_volume_outlives_the_container(container: Start, volum
     chat(second)
     assert len(second.ledger(expect=2)) == 2
     assert metric(second, "llmmeter_requests_total", model=MODEL) == 1  # metrics are per process
+
+
+def test_an_estimate_counts_inside_the_container(container: Start, volume: str, fake: FakeUpstream) -> None:
+    """The non-root user has no home: tiktoken's vocabulary is unpacked under /data instead."""
+    c = container(volume, fake.base_url)
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hello there"}]}
+    r = httpx.post(c.url + "/v1/chat/completions", json=body, timeout=30,
+                   headers={"authorization": "Bearer sk-client", "x-fake-no-usage": "1"})
+    assert r.status_code == 200, r.text
+    [row] = c.ledger(expect=1)
+    assert row["usage_source"] == "estimated" and row["input_tokens"] > 0
+    assert "estimate_counter_failed" not in (row.get("flags") or "")
