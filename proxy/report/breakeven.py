@@ -6,7 +6,8 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
 
-from proxy.report.groups import Group
+from proxy.ledger.store import HourlyRow
+from proxy.report.groups import usage
 from proxy.report.model import Assumption, SelfHosting
 from proxy.report.numbers import money, money_decimal
 from proxy.settings import SelfHost
@@ -23,23 +24,23 @@ _SOURCES = {
 }
 
 
-def self_hosting(groups: list[Group], sh: SelfHost, self_hosted_upstreams: frozenset[str],
+def self_hosting(rows: list[HourlyRow], sh: SelfHost, self_hosted_upstreams: frozenset[str],
                  start: datetime, end: datetime, now: datetime) -> SelfHosting:
-    api = [g for g in groups if g.upstream not in self_hosted_upstreams and g.metered]
-    api_units = sum(g.cost_units for g in api)
-    api_tokens = sum(g.billed_tokens for g in api)
+    api = [row for row in rows if row.upstream not in self_hosted_upstreams and row.metered]
+    api_units = sum(row.cost_units for row in api)
+    api_tokens = sum(usage(row).billed_tokens for row in api)
     monthly = sh.monthly_cost_usd()
     # Amortisation can divide to a repeating decimal: kept to the ledger's 10^-10 USD.
     monthly_units = int((monthly * 10**10).quantize(Decimal(1), ROUND_HALF_EVEN))
     breakeven = int(Decimal(monthly_units) * api_tokens / api_units) if api_units else 0
     multiple = breakeven / api_tokens if api_tokens else 0.0
     # Per clock hour of the month: the load the nodes would have carried.
-    by_hour: dict[datetime, list[int]] = defaultdict(lambda: [0, 0])
-    for g in groups:
-        if g.metered:
-            h = by_hour[g.hour]
-            h[0] += g.input_side
-            h[1] += g.output_tokens
+    by_hour: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    for row in rows:
+        if row.metered:
+            h = by_hour[row.hour]
+            h[0] += usage(row).input_side
+            h[1] += row.output_tokens
     prefill = sh.nodes * sh.node_prefill_tokens_per_s
     decode = sh.nodes * sh.node_decode_tokens_per_s
     peak = max(by_hour.values(), key=lambda v: v[0] + v[1], default=[0, 0])

@@ -7,7 +7,6 @@ into a typed `Report` that every format renders. Money stays in integer 10^-10 U
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
@@ -16,9 +15,9 @@ from zoneinfo import ZoneInfo
 
 from pricing import PriceBook
 from proxy.errors import ConfigError
-from proxy.ledger.store import Store
+from proxy.ledger.store import HourlyRow, Store
 from proxy.report.breakeven import self_hosting
-from proxy.report.groups import Group, Sums, read_groups
+from proxy.report.groups import total, usage
 from proxy.report.model import (
     Day,
     Forecast,
@@ -67,41 +66,40 @@ def month_range(month: str, tz: ZoneInfo) -> tuple[datetime, datetime]:
 
 def build_report(store: Store, inp: ReportInput) -> Report:
     start, end = month_range(inp.month, inp.tz)
-    groups = read_groups(store.hourly_rows(start, end, inp.tenant))
-    total = Sums()
-    for g in groups:
-        total.add(g)
-    units = total.cost_units
+    rows = store.hourly_rows(start, end, inp.tenant)
+    whole = total(rows)
+    units = whole.cost_units
+    estimated = sum(row.estimated for row in rows)
     percentiles = store.input_side_percentiles(start, end, inp.tenant, (50, 95))
-    by_workload = _workloads(groups, inp.workload_bounds, units)
-    hourly = _hourly(groups, inp.tz)
+    by_workload = _workloads(rows, inp.workload_bounds, units)
+    hourly = _hourly(rows, inp.tz)
     reprice = None
     if inp.reprice_at is not None:
         at = inp.reprice_at
-        reprice = Reprice(at=utc(at), cost_units=sum(Repricer(inp.book)(g, g.tier, at) for g in groups))
+        reprice = Reprice(at=utc(at), cost_units=sum(Repricer(inp.book)(row, row.tier, at) for row in rows))
     return Report(
         month=inp.month, timezone=inp.tz.key, tenant=inp.tenant, generated_at=utc(inp.now),
-        totals=Totals(total.usage(), total.estimated, total.unpriced),
-        cache_hit_rate=total.usage().cache_hit_rate,
-        estimated_share=_share(total.estimated, total.requests),
-        unpriced_models=tuple(sorted({g.model for g in groups if g.unpriced and g.model})),
+        totals=Totals(whole, estimated, sum(row.unpriced for row in rows)),
+        cache_hit_rate=whole.cache_hit_rate,
+        estimated_share=_share(estimated, whole.requests),
+        unpriced_models=tuple(sorted({row.model for row in rows if row.unpriced and row.model})),
         by_model=tuple(ModelRow(m, t, u, s, share) for (m, t, u), s, share
-                       in _by(groups, lambda g: (g.model, g.tier, g.upstream), units, metered_only=True)),
+                       in _by(rows, lambda g: (g.model, g.tier, g.upstream), units, metered_only=True)),
         by_tenant=tuple(TenantRow(t, s, share, *percentiles.get(t, [0, 0]))
-                        for (t,), s, share in _by(groups, lambda g: (g.tenant,), units)),
+                        for (t,), s, share in _by(rows, lambda g: (g.tenant,), units)),
         by_tag=tuple(TagRow(t, s, share)
-                     for (t,), s, share in _by(groups, lambda g: (g.tag or "untagged",), units, metered_only=True)),
+                     for (t,), s, share in _by(rows, lambda g: (g.tag or "untagged",), units, metered_only=True)),
         by_workload=by_workload,
         by_tag_workload=tuple(TagWorkloadRow(t, w, s, share) for (t, w), s, share
-                              in _by(groups, lambda g: (g.tag or "untagged", g.workload), units, metered_only=True)),
+                              in _by(rows, lambda g: (g.tag or "untagged", g.workload), units, metered_only=True)),
         workload_summary=workload_summary(by_workload),
-        daily=_daily(groups, start, end, inp.tz),
+        daily=_daily(rows, start, end, inp.tz),
         hourly_profile=hourly,
         peak_to_offpeak_ratio=peak_to_offpeak([h.tokens for h in hourly]),
-        forecast=_forecast(total, start, end, inp.now),
-        what_if=_what_if(groups, inp),
+        forecast=_forecast(whole, start, end, inp.now),
+        what_if=_what_if(rows, inp),
         reprice=reprice,
-        self_hosting=self_hosting(groups, inp.selfhost, inp.self_hosted_upstreams, start, end, inp.now),
+        self_hosting=self_hosting(rows, inp.selfhost, inp.self_hosted_upstreams, start, end, inp.now),
     )
 
 
@@ -109,24 +107,25 @@ def _share(part: int, whole: int) -> float:
     return part / whole if whole else 0.0
 
 
-def _by(groups: list[Group], key: Callable[[Group], tuple[str, ...]], total_units: int,
+def _by(rows: list[HourlyRow], key: Callable[[HourlyRow], tuple[str, ...]], total_units: int,
         metered_only: bool = False) -> list[tuple[tuple[str, ...], Usage, float]]:
     """(key, sums, share of cost) per key, the costliest first."""
-    sums: dict[tuple[str, ...], Sums] = defaultdict(Sums)
-    for g in groups:
-        if not metered_only or g.metered:
-            sums[key(g)].add(g)
+    sums: dict[tuple[str, ...], Usage] = {}
+    for row in rows:
+        if not metered_only or row.metered:
+            k = key(row)
+            sums[k] = sums.get(k, Usage()) + usage(row)
     ordered = sorted(sums.items(), key=lambda kv: (-kv[1].cost_units, kv[0]))
-    return [(k, s.usage(), _share(s.cost_units, total_units)) for k, s in ordered]
+    return [(k, s, _share(s.cost_units, total_units)) for k, s in ordered]
 
 
-def _workloads(groups: list[Group], bounds: tuple[int, int, int], total_units: int) -> tuple[WorkloadRow, ...]:
-    sums = {w: Sums() for w in WORKLOADS}
-    for g in groups:
-        if g.workload in sums:
-            sums[g.workload].add(g)
+def _workloads(rows: list[HourlyRow], bounds: tuple[int, int, int], total_units: int) -> tuple[WorkloadRow, ...]:
+    sums = dict.fromkeys(WORKLOADS, Usage())
+    for row in rows:
+        if row.workload in sums:
+            sums[row.workload] += usage(row)
     mins = dict(zip(WORKLOADS, (0, *bounds), strict=True))
-    return tuple(WorkloadRow(w, mins[w], s.usage(), _share(s.cost_units, total_units)) for w, s in sums.items())
+    return tuple(WorkloadRow(w, mins[w], s, _share(s.cost_units, total_units)) for w, s in sums.items())
 
 
 def workload_summary(rows: tuple[WorkloadRow, ...]) -> str:
@@ -139,30 +138,30 @@ def workload_summary(rows: tuple[WorkloadRow, ...]) -> str:
     return "; ".join(parts) + "."
 
 
-def _daily(groups: list[Group], start: datetime, end: datetime, tz: ZoneInfo) -> tuple[Day, ...]:
-    days: dict[date, Sums] = {}
+def _daily(rows: list[HourlyRow], start: datetime, end: datetime, tz: ZoneInfo) -> tuple[Day, ...]:
+    days: dict[date, Usage] = {}
     split: dict[date, dict[str, int]] = {}
     d = start.date()
     while d < end.date():
-        days[d], split[d] = Sums(), {}
+        days[d], split[d] = Usage(), {}
         d += timedelta(days=1)
-    for g in groups:
-        local = g.hour.astimezone(tz).date()
+    for row in rows:
+        local = row.start.astimezone(tz).date()
         if local in days:
-            days[local].add(g)
-            if g.cost_units:
-                key = f"{g.model}/{g.tier}"
-                split[local][key] = split[local].get(key, 0) + g.cost_units
-    return tuple(Day(d, s.usage(), tuple(sorted(split[d].items()))) for d, s in days.items())
+            days[local] += usage(row)
+            if row.cost_units:
+                key = f"{row.model}/{row.tier}"
+                split[local][key] = split[local].get(key, 0) + row.cost_units
+    return tuple(Day(d, s, tuple(sorted(split[d].items()))) for d, s in days.items())
 
 
-def _hourly(groups: list[Group], tz: ZoneInfo) -> tuple[Hour, ...]:
+def _hourly(rows: list[HourlyRow], tz: ZoneInfo) -> tuple[Hour, ...]:
     # Bins by the local hour the UTC hour starts in (exact for whole-hour offsets).
     requests, tokens = [0] * 24, [0] * 24
-    for g in groups:
-        h = g.hour.astimezone(tz).hour
-        requests[h] += g.requests
-        tokens[h] += g.billed_tokens
+    for row in rows:
+        h = row.start.astimezone(tz).hour
+        requests[h] += row.requests
+        tokens[h] += usage(row).billed_tokens
     return tuple(Hour(h, requests[h], tokens[h]) for h in range(24))
 
 
@@ -173,47 +172,48 @@ def peak_to_offpeak(tokens_by_hour: list[int]) -> float:
     return (sum(ordered[:4]) / 4) / quiet if quiet else 0.0
 
 
-def _forecast(total: Sums, start: datetime, end: datetime, now: datetime) -> Forecast:
+def _forecast(whole: Usage, start: datetime, end: datetime, now: datetime) -> Forecast:
     if now >= end:
-        return Forecast(True, total.cost_units, total.billed_tokens, "the month is complete: actual totals")
+        return Forecast(True, whole.cost_units, whole.billed_tokens, "the month is complete: actual totals")
     days = (end - start) / timedelta(days=1)
     elapsed = max((now - start) / timedelta(days=1), 0.0)
     if elapsed <= 0:
         return Forecast(False, 0, 0, "the month has not started")
     with localcontext(Context(prec=60)):  # enough digits for any month the ledger can hold
         factor = Decimal(days) / Decimal(elapsed)
-        units = (Decimal(total.cost_units) * factor).quantize(Decimal(1), ROUND_HALF_EVEN)
-    return Forecast(False, int(units), int(total.billed_tokens * factor),
+        units = (Decimal(whole.cost_units) * factor).quantize(Decimal(1), ROUND_HALF_EVEN)
+    return Forecast(False, int(units), int(whole.billed_tokens * factor),
                     f"run-rate: {elapsed:.2f} of {days:.0f} days elapsed, totals so far x {float(factor):.3f}")
 
 
 class Repricer:
-    """Prices groups with the tables in force at a given time.
+    """Prices hourly rows with the tables in force at a given time.
 
     A cost is a token count times an integer unit price per token, so pricing the month's
-    few thousand groups needs only the few distinct prices (PriceBook.resolve_units).
+    few thousand rows needs only the few distinct prices (PriceBook.resolve_units).
     """
 
     def __init__(self, book: PriceBook) -> None:
         self.book = book
 
-    def __call__(self, g: Group, tier: str, at: datetime, fold_cache: bool = False) -> int:
-        if g.unpriced_model or not g.metered:
+    def __call__(self, row: HourlyRow, tier: str, at: datetime, fold_cache: bool = False) -> int:
+        if row.unpriced_model or not row.metered:
             return 0
-        resolved = self.book.resolve_units(g.model, tier or "standard", at, upstream=g.upstream or None)
+        resolved = self.book.resolve_units(row.model, tier or "standard", at, upstream=row.upstream or None)
         if resolved is None:
             return 0
         pi, pr, pw, po = resolved[1]
         if fold_cache:  # as if nothing were cached: cache tokens billed as input
-            return g.input_side * pi + g.output_tokens * po
-        return g.input_tokens * pi + g.cache_read_tokens * pr + g.cache_write_tokens * pw + g.output_tokens * po
+            return usage(row).input_side * pi + row.output_tokens * po
+        return (row.input_tokens * pi + row.cache_read_tokens * pr + row.cache_write_tokens * pw
+                + row.output_tokens * po)
 
 
-def _what_if(groups: list[Group], inp: ReportInput) -> WhatIf:
-    api = [g for g in groups if g.upstream not in inp.self_hosted_upstreams]
+def _what_if(rows: list[HourlyRow], inp: ReportInput) -> WhatIf:
+    api = [row for row in rows if row.upstream not in inp.self_hosted_upstreams]
     priced = Repricer(inp.book)
-    fastest = {m: "highspeed" if "highspeed" in inp.book.tiers(m) else "standard" for m in {g.model for g in api}}
-    # Each group is repriced with the tables in force at its own hour.
-    return WhatIf(all_standard_units=sum(priced(g, "standard", g.hour) for g in api),
-                  all_highspeed_units=sum(priced(g, fastest[g.model], g.hour) for g in api),
-                  without_cache_units=sum(priced(g, g.tier, g.hour, fold_cache=True) for g in api))
+    fastest = {m: "highspeed" if "highspeed" in inp.book.tiers(m) else "standard" for m in {r.model for r in api}}
+    # Each row is repriced with the tables in force at its own hour.
+    return WhatIf(all_standard_units=sum(priced(r, "standard", r.start) for r in api),
+                  all_highspeed_units=sum(priced(r, fastest[r.model], r.start) for r in api),
+                  without_cache_units=sum(priced(r, r.tier, r.start, fold_cache=True) for r in api))

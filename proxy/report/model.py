@@ -22,6 +22,12 @@ class Usage:
     reasoning_tokens: int = 0
     cost_units: int = 0
 
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(self.requests + other.requests, self.input_tokens + other.input_tokens,
+                     self.cache_read_tokens + other.cache_read_tokens,
+                     self.cache_write_tokens + other.cache_write_tokens, self.output_tokens + other.output_tokens,
+                     self.reasoning_tokens + other.reasoning_tokens, self.cost_units + other.cost_units)
+
     @property
     def input_side(self) -> int:
         return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens

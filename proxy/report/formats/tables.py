@@ -51,9 +51,7 @@ def _usage(u: Usage, share: float) -> tuple[str, ...]:
 
 
 def _sum(usages: Sequence[Usage]) -> Usage:
-    return Usage(*(sum(getattr(u, f) for u in usages) for f in (
-        "requests", "input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens", "reasoning_tokens",
-        "cost_units")))
+    return sum(usages, Usage())
 
 
 def _breakdown(key: str, title: str, labels: Sequence[str], rows: Sequence[tuple[Sequence[str], Usage, float]],
