@@ -21,6 +21,7 @@ from typing import Any
 
 from pricing.calculator import MAX_PRICE_PER_MILLION
 from pricing.model import TOKEN_TYPES, Price
+from pricing.toml_lines import key_line
 from proxy.errors import LLMMeterError
 
 REQUIRED = ("model", "tier", "effective_from", *TOKEN_TYPES, "source")
@@ -224,10 +225,4 @@ def _cross_checks(prices: Iterable[Price]) -> list[str]:
 
 
 def _key_line(lines: list[str], first: int, last: int, key: str | None) -> int | None:
-    if key is None:
-        return None
-    pattern = re.compile(rf"^\s*[\"']?{re.escape(key)}[\"']?\s*=")
-    for i in range(first, last):
-        if pattern.match(lines[i]):
-            return i + 1
-    return None
+    return None if key is None else key_line(lines, first, last, key)

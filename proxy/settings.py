@@ -16,6 +16,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
+from pricing.toml_lines import header_lines, key_line
 from proxy.errors import ConfigError
 
 
@@ -179,28 +180,18 @@ class _Source:
         return found if found != self.where(None) else self.where(None, name)
 
     def _find(self, table: str | None, key: str | None, index: int) -> int:
-        start, seen = 0, -1
+        start = 0
         if table is not None:
-            header = re.compile(rf"^\s*\[\[?\s*{re.escape(table)}\s*\]\]?\s*(#.*)?$")
-            for i, text in enumerate(self.lines):
-                if header.match(text):
-                    seen += 1
-                    if seen == index:
-                        start = i
-                        break
-            else:
+            headers = header_lines(self.lines, table)
+            if index >= len(headers):
                 return 0
+            start = headers[index]
             if key is None:
                 return start + 1
         if key is None:
             return 0
-        pattern = re.compile(rf"^\s*[\"']?{re.escape(key)}[\"']?\s*=")
-        for i in range(start, len(self.lines)):
-            if i > start and table is not None and self.lines[i].lstrip().startswith("["):
-                break
-            if pattern.match(self.lines[i]):
-                return i + 1
-        return start + 1 if table is not None else 0
+        found = key_line(self.lines, start, len(self.lines), key, stop_at_table=table is not None)
+        return found or (start + 1 if table is not None else 0)
 
 
 def load(path: Path | None, env: Mapping[str, str] | None = None,
