@@ -30,14 +30,12 @@ from proxy.ledger.record import Record
 from proxy.ledger.store.errors import RecordRefused, StoreUnavailable
 
 # Database columns: the Record's fields in declaration order, then the cost's carry (005).
-COLUMNS: tuple[str, ...] = (*(f.name for f in fields(Record)), "cost_carry")
+_FIELDS = tuple(f.name for f in fields(Record))
+COLUMNS: tuple[str, ...] = (*_FIELDS, "cost_carry")
 CARRY = 10**18  # cost = cost_carry * CARRY + cost_units
 HOUR_US = 3_600_000_000  # an hour in microseconds; rollups are keyed by start // HOUR_US
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
-# The Record fields a row keeps as they are; the others are converted both ways below.
-_CONVERTED = ("start", "stream", "flags", "price_effective_from", "cost_units")
-_AS_IS = tuple(name for name in COLUMNS if name not in (*_CONVERTED, "cost_carry"))
 values_of = itemgetter(*COLUMNS)  # a row dict's values in COLUMNS order, for positional parameters
 
 
@@ -62,9 +60,14 @@ def to_row(r: Record) -> dict[str, Any]:
             raise RecordRefused(f"record {r.id!r}: cost {cost!r} is not an integer from 0 to {MAX_COST_UNITS} units")
         carry, units = (0, None) if cost is None else divmod(cost, CARRY)
         pef = r.price_effective_from
-        row = dict(vars(r))  # the fields by name; a dataclass without slots keeps them in __dict__
-        row.update(start=to_micros(r.start), stream=int(r.stream), flags=",".join(r.flags),
-                   price_effective_from=None if pef is None else to_micros(pef), cost_units=units, cost_carry=carry)
+        row = vars(r).copy()  # the fields by name; a dataclass without slots keeps them in __dict__
+        # One item at a time, not update(**...): this runs for every record on the importer thread.
+        row["start"] = to_micros(r.start)
+        row["stream"] = int(r.stream)
+        row["flags"] = ",".join(r.flags)
+        row["price_effective_from"] = None if pef is None else to_micros(pef)
+        row["cost_units"] = units
+        row["cost_carry"] = carry
         return row
     except (TypeError, ValueError, AttributeError, OverflowError) as e:
         raise RecordRefused(f"record {getattr(r, 'id', '?')!r} cannot be a ledger row: {e}") from e
@@ -72,13 +75,16 @@ def to_row(r: Record) -> dict[str, Any]:
 
 def from_row(row: Row) -> Record:
     """A `requests` row, read by column name, as the Record it was made from."""
-    pef, units, flags = row["price_effective_from"], row["cost_units"], row["flags"]
-    return Record(
-        **{name: row[name] for name in _AS_IS},
-        start=from_micros(row["start"]), stream=bool(row["stream"]), flags=flags.split(",") if flags else [],
-        price_effective_from=None if pef is None else from_micros(pef),
-        cost_units=None if units is None else int(row["cost_carry"]) * CARRY + int(units),
-    )
+    # Keyed by the Record's own field names: a driver's column names are equal strings but not the
+    # same objects, and keyword arguments match the same objects at once, others only by comparing.
+    kw = {name: row[name] for name in _FIELDS}
+    units, pef, flags = kw["cost_units"], kw["price_effective_from"], kw["flags"]
+    kw["start"] = from_micros(kw["start"])
+    kw["stream"] = bool(kw["stream"])
+    kw["flags"] = flags.split(",") if flags else []
+    kw["price_effective_from"] = None if pef is None else from_micros(pef)
+    kw["cost_units"] = None if units is None else int(row["cost_carry"]) * CARRY + int(units)
+    return Record(**kw)
 
 
 @dataclass(frozen=True, slots=True)

@@ -141,9 +141,14 @@ class SqliteStore(SqlStore):
     def _stream(self, sql: str, params: tuple[object, ...]) -> Iterator[Row]:
         con = self._reader()
         try:
-            cur = con.execute(sql, params)
+            # Plain dicts, not sqlite3.Row, whose lookups by name scan the columns: an export reads millions.
+            cur = con.cursor()
+            cur.row_factory = None
+            cur.execute(sql, params)
+            names = [d[0] for d in cur.description]
             while batch := cur.fetchmany(_FETCH):
-                yield from batch
+                for values in batch:
+                    yield dict(zip(names, values))  # noqa: B905 - a row has one value per described column
         except sqlite3.Error as e:
             raise StoreUnavailable(f"{self.path}: {e}") from e
         finally:
