@@ -26,6 +26,7 @@ import logging
 import os
 import re
 import socket
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,13 +79,14 @@ class Layout:
                     log.warning("journal folder %s holds %d segment(s) of ledger %s, not of this ledger %s: "
                                 "left alone (an llmmeter serving that ledger imports them)", d, n, d.name, ledger_id)
 
-    def tidy(self) -> None:
-        """Remove other processes' folders of this ledger that replay left empty."""
+    def tidy(self, replayed: Iterable[Path]) -> None:
+        """Remove the other processes' folders of this ledger that replay emptied. Only those: a
+        folder with nothing in it yet may be a replica's that is starting at this moment."""
         if self.ledger_dir is None:
             return
-        for d in self.replay_dirs()[1:]:
-            if d != self.root:
-                with contextlib.suppress(OSError):  # not empty, or already gone: either is fine
+        for d in set(replayed):
+            if d.parent == self.ledger_dir and d != self.journal:
+                with contextlib.suppress(OSError):  # not empty (foreign/, a new segment), or gone: either is fine
                     d.rmdir()
 
 

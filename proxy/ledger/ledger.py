@@ -116,7 +116,7 @@ class Ledger:
             stats = replay(where.replay_dirs(), where.ledger_id, writer, self.batch_size, self._dead)
         finally:
             writer.close()
-        where.tidy()
+        where.tidy(stats.folders)
         return stats
 
     def append(self, record: Record) -> None:

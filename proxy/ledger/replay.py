@@ -12,7 +12,7 @@ import fcntl
 import logging
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 
@@ -33,6 +33,7 @@ class ReplayStats:
     busy: int = 0  # segments a live writer still holds
     foreign: int = 0  # segments of another ledger, moved aside to foreign/
     unlabelled: int = 0  # of the segments imported, those written before ledgers had ids
+    folders: set[Path] = field(default_factory=set)  # where the segments imported were
 
 
 def replay(directories: Sequence[Path], ledger_id: str, writer: Writer, batch_size: int,
@@ -72,6 +73,7 @@ def replay(directories: Sequence[Path], ledger_id: str, writer: Writer, batch_si
                 log.warning("journal segment %s: skipped %d torn or unreadable line(s)", path.name, read.skipped_lines)
             os.unlink(path)  # still under our flock, so nobody takes it twice
             stats.segments += 1
+            stats.folders.add(path.parent)
         finally:
             os.close(fd)
     if stats.records:
