@@ -3,7 +3,7 @@
 A price has at most 4 decimal places per million tokens, so one token costs
 price × 10^4 units exactly, and a cost is tokens × that integer: no rounding anywhere.
 
-Bounds, which the ledger's storage is sized for (proxy/ledger/store.py; proved in
+Bounds, which the ledger's storage is sized for (proxy/ledger/store/rows.py; proved in
 tests/pricing/test_bounds.py): a price is at most MAX_PRICE_PER_MILLION, $1,000,000 per
 million tokens ($1 a token, 10^10 units; `prices check` refuses more), and a token count at
 most MAX_TOKENS, 10^9 per category (proxy/protocol/usage.py refuses more as garbage). One record
