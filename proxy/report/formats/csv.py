@@ -7,6 +7,7 @@ tenant or tag name) never opens as a spreadsheet formula (SPEC "Ledger").
 from __future__ import annotations
 
 import io
+import json
 from typing import Any
 
 from proxy.export import csv_writer, spreadsheet_text
@@ -36,8 +37,8 @@ def render_csv(r: Report) -> str:
 
 
 def _cell(column: str, value: Any) -> Any:
-    if isinstance(value, dict):  # cost_by_model_tier: written as it always was, one text cell
-        value = str(value)
+    if isinstance(value, dict):  # cost_by_model_tier: one cell, as the JSON report writes it
+        value = json.dumps(value)
     if isinstance(value, str) and column not in _NUMBERS:
         return spreadsheet_text(value)
     return value
