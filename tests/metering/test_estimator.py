@@ -17,15 +17,13 @@ import pytest
 import tiktoken
 
 from proxy.metering.estimate.estimator import (
-    REPLY_PRIMING,
     SUPPORTED_ENCODINGS,
-    TOKENS_PER_MESSAGE,
-    TOKENS_PER_NAME,
     VOCABULARIES,
     Estimator,
     check_encoding,
     unpack_vocabulary,
 )
+from proxy.metering.estimate.prompts import REPLY_PRIMING, TOKENS_PER_MESSAGE, TOKENS_PER_NAME
 from tests.strict import require
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,20 +7,19 @@ Two engines count with tiktoken's vocabularies, which come from the `puretiktoke
   of threads with the GIL released, so the event loop relays everyone else meanwhile.
   Its vocabulary is unpacked into tiktoken's own cache, under the name tiktoken looks for
   (sha1 of its download URL); tiktoken checks the sha256 it pins and never goes online.
-- `compact`: `proxy.metering.estimate.compact`, ~7 MB for o200k, for a memory-tight process. Pure Python, so
-  it counts on the event loop in slices rather than in a thread that would hold the GIL.
+- `compact`: `proxy.metering.estimate.compact`, ~7 MB for o200k, for a memory-tight
+  process. Pure Python, so it counts on the event loop in slices rather than in a thread that would hold the GIL.
 
 Both give tiktoken's counts (tests compare them). An encoding is loaded on its first estimate.
 
-What one request may cost is bounded (README "Token estimation recipe"): a text is counted
+What one request may cost is bounded (docs/estimates.md): a text is counted
 in segments of at most a counter's `segment` characters, cut where tiktoken's
 pre-tokeniser ends a piece anyway, so the sum is exact; a run with no such place (a
 megabyte of one letter, a million spaces) is cut by force. After `EXACT_CHARS`
 characters the rest of a request is approximated from the ratio counted so far. Either
 way, and when a counter fails, the estimate is flagged `estimate_approximated`.
 
-Message overhead follows OpenAI's cookbook recipe ("How to count tokens with
-tiktoken"): 3 tokens per message, 1 more per `name`, 3 to prime the reply.
+What a request puts in front of the model is read per dialect in estimate/prompts.py.
 """
 
 from __future__ import annotations
@@ -29,13 +28,12 @@ import asyncio
 import contextlib
 import gzip
 import hashlib
-import json
 import math
 import os
 import re
 import tempfile
 import threading
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -43,6 +41,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from proxy.metering.estimate.prompts import READERS, total
 from proxy.metering.estimate.steps import Steps, T, run, run_in_thread
 
 if TYPE_CHECKING:  # both are imported by the first load: an idle llmmeter is 2.7 MB smaller
@@ -70,7 +69,6 @@ VOCABULARIES: Mapping[str, Vocabulary] = {
 }
 SUPPORTED_ENCODINGS = tuple(VOCABULARIES)
 ENGINES = ("tiktoken", "compact")
-PARTS_PER_SLICE = 64  # a prompt of many short messages still pauses for the event loop
 # Characters of one request counted exactly: a 1M-token prompt of prose is ~4 MB, and
 # tiktoken counts 4 Mi of the worst characters in about a second of one thread.
 EXACT_CHARS = 4 << 20
@@ -79,10 +77,6 @@ THREADS = 2  # one pathological body leaves a thread for everyone else's estimat
 APPROXIMATED = "estimate_approximated"  # part of the count was approximated, not counted
 COUNTER_FAILED = "estimate_counter_failed"  # a counter raised (tiktoken can panic): approximated
 
-# The cookbook's constants for gpt-3.5-turbo-0125, gpt-4, gpt-4o and later.
-TOKENS_PER_MESSAGE = 3  # <|start|>{role}<|message|>{content}<|end|>
-TOKENS_PER_NAME = 1
-REPLY_PRIMING = 3  # every reply is primed with <|start|>assistant<|message|>
 
 # TIKTOKEN_CACHE_DIR and tiktoken's registry are process-wide, so loads are serialised.
 _LOAD_LOCK = threading.Lock()
@@ -306,7 +300,7 @@ class Estimator:
 
     def prompt_steps(self, endpoint: str, model: str | None, request: object, tally: Tally) -> Steps:
         """Input tokens of a parsed request body; odd shapes count what they can, never raise."""
-        reader = _READERS.get(endpoint)
+        reader = READERS.get(endpoint)
         if reader is None or not isinstance(request, Mapping):
             return 0
         name = self.encoding_for(model)
@@ -334,184 +328,3 @@ class Estimator:
                 await asyncio.sleep(0)  # between slices, the loop relays everyone else
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
-
-
-@dataclass(slots=True)
-class Message:
-    texts: list[str]  # role included
-    named: bool = False  # carries a `name`
-
-
-# What a request puts in front of the model, read lazily (a 32 MB body may hold a million
-# messages): a text counted bare (tool definitions, raw prompts), a number of tokens
-# given as ids (completions and embeddings accept them), or a message.
-Part = str | int | Message
-
-
-def total(parts: Iterable[Part], count: Callable[[str], Steps]) -> Steps:
-    n = messages = 0
-    for i, part in enumerate(parts, 1):
-        if isinstance(part, str):
-            n += yield from count(part)
-        elif isinstance(part, int):
-            n += part
-        else:
-            messages += 1
-            n += TOKENS_PER_MESSAGE + TOKENS_PER_NAME * part.named
-            for t in part.texts:
-                n += yield from count(t)
-        if i % PARTS_PER_SLICE == 0:
-            yield
-    return n + REPLY_PRIMING if messages else n
-
-
-def _items(value: object) -> list[object]:
-    return value if isinstance(value, list) else []
-
-
-def _strs(*values: object) -> Iterator[str]:
-    return (v for v in values if isinstance(v, str) and v)
-
-
-def _as_json(value: object) -> Iterator[str]:
-    """A definition counted as its JSON text: an approximation of how it is rendered."""
-    if value is None:
-        return iter(())
-    try:
-        return iter((json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str),))
-    except (ValueError, TypeError, RecursionError):
-        return iter(())
-
-
-def _field(obj: object, key: str) -> object:
-    return obj.get(key) if isinstance(obj, Mapping) else None
-
-
-def _parts(content: object, kinds: frozenset[str]) -> Iterator[str]:
-    """Text of a content string or of its text parts."""
-    if isinstance(content, str):
-        yield from _strs(content)
-        return
-    for part in _items(content):
-        if isinstance(part, str):
-            yield from _strs(part)
-        elif isinstance(part, Mapping):
-            kind = part.get("type")
-            if kind in kinds:
-                yield from _strs(part.get("text"))
-            elif kind == "refusal":
-                yield from _strs(part.get("refusal"))
-            # Images, audio and files count nothing: their tokens depend on pixels and
-            # duration the proxy does not decode, so the estimate is low for them.
-
-
-_OPENAI_TEXT = frozenset({"text", "input_text", "output_text"})
-
-
-def _chat(req: Mapping[str, object]) -> Iterator[Part]:
-    for m in _items(req.get("messages")):
-        if not isinstance(m, Mapping):
-            continue
-        message = Message([])
-        # The recipe encodes every string value of a message (role, content, name, ...).
-        for key, value in m.items():
-            if key == "content":
-                message.texts.extend(_parts(value, _OPENAI_TEXT))
-            elif key == "tool_calls":
-                for call in _items(value):
-                    fn = _field(call, "function")
-                    message.texts.extend(_strs(_field(fn, "name"), _field(fn, "arguments")))
-            elif key == "function_call":
-                message.texts.extend(_strs(_field(value, "name"), _field(value, "arguments")))
-            elif isinstance(value, str):
-                message.texts.extend(_strs(value))
-                message.named |= key == "name"
-        yield message
-    yield from _as_json(req.get("tools"))
-    yield from _as_json(req.get("functions"))
-
-
-def _raw_inputs(value: object) -> Iterator[Part]:
-    """`prompt` / `input`: a string, strings, token ids, or lists of token ids."""
-    if isinstance(value, str):
-        yield from _strs(value)
-        return
-    for item in _items(value):
-        if isinstance(item, str):
-            yield from _strs(item)
-        elif _is_token(item):
-            yield 1
-        elif isinstance(item, list):
-            yield sum(1 for t in item if _is_token(t))
-
-
-def _is_token(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _completions(req: Mapping[str, object]) -> Iterator[Part]:
-    yield from _raw_inputs(req.get("prompt"))
-    yield from _strs(req.get("suffix"))
-
-
-def _embeddings(req: Mapping[str, object]) -> Iterator[Part]:
-    return _raw_inputs(req.get("input"))
-
-
-def _responses(req: Mapping[str, object]) -> Iterator[Part]:
-    # The Responses API renders its items as chat messages, so the chat recipe applies.
-    if texts := list(_strs(req.get("instructions"))):
-        yield Message(["system", *texts])
-    items = req.get("input")
-    if isinstance(items, str):
-        yield Message(["user", *_strs(items)])
-    for item in _items(items):
-        if not isinstance(item, Mapping):
-            continue
-        kind = item.get("type")
-        if kind in (None, "message"):
-            yield Message([*_strs(item.get("role")), *_parts(item.get("content"), _OPENAI_TEXT)])
-        elif kind == "function_call":
-            yield Message(list(_strs(item.get("name"), item.get("arguments"))))
-        elif kind == "function_call_output":
-            yield Message(list(_parts(item.get("output"), _OPENAI_TEXT)))
-        # Reasoning items and built-in tool calls are left out: their billing is the server's.
-    yield from _as_json(req.get("tools"))
-
-
-def _anthropic_blocks(content: object) -> Iterator[str]:
-    if isinstance(content, str):
-        yield from _strs(content)
-        return
-    for block in _items(content):
-        kind = _field(block, "type")
-        if kind == "text":
-            yield from _strs(_field(block, "text"))
-        elif kind == "tool_use":
-            yield from _strs(_field(block, "name"))
-            yield from _as_json(_field(block, "input"))
-        elif kind == "tool_result":
-            # Its content is a string or text/image blocks; not recursed, so nesting cannot blow the stack.
-            result = _field(block, "content")
-            yield from _strs(result)
-            yield from (t for b in _items(result) if _field(b, "type") == "text" for t in _strs(_field(b, "text")))
-        # Images and documents count nothing (as in chat); earlier turns' thinking is
-        # dropped from context by Anthropic, so replayed thinking blocks are not counted.
-
-
-def _messages(req: Mapping[str, object]) -> Iterator[Part]:
-    # An approximation: Claude's tokenizer and framing are unpublished, so OpenAI's
-    # recipe and the configured tiktoken encoding stand in for them.
-    if system := list(_anthropic_blocks(req.get("system"))):
-        yield Message(["system", *system])
-    for m in _items(req.get("messages")):
-        if isinstance(m, Mapping):
-            yield Message([*_strs(m.get("role")), *_anthropic_blocks(m.get("content"))])
-    yield from _as_json(req.get("tools"))
-
-
-_READERS: Mapping[str, Callable[[Mapping[str, object]], Iterator[Part]]] = {
-    "chat": _chat, "completions": _completions, "embeddings": _embeddings,
-    "responses": _responses, "messages": _messages,
-}
-
