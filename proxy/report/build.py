@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 from pricing import PriceBook
 from proxy.errors import ConfigError
 from proxy.ledger.store import HourlyRow, Store
+from proxy.protocol.names import WORKLOADS
 from proxy.report.breakeven import self_hosting
 from proxy.report.groups import total, usage
 from proxy.report.model import (
@@ -36,7 +37,6 @@ from proxy.report.model import (
 from proxy.settings import SelfHost
 from proxy.times import utc
 
-WORKLOADS = ("short", "medium", "long", "very_long")
 _WORKLOAD_WORDS = {"short": "short", "medium": "medium", "long": "long-document", "very_long": "very-long-document"}
 
 

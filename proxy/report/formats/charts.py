@@ -8,10 +8,9 @@ from decimal import Decimal
 
 from pricing import usd
 from proxy.report.formats.svg import PALETTE, Axis, Line, Mark, Series, bar_chart, line_chart, nice_ticks
+from proxy.report.formats.tables import WORKLOAD_NAMES
 from proxy.report.model import Report
 from proxy.report.numbers import compact, count, money, money_compact, money_decimal, money_ticks, percent
-
-WORKLOADS = (("short", "short"), ("medium", "medium"), ("long", "long"), ("very_long", "very long"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +80,7 @@ def tag_workload(r: Report) -> Chart:
     tags = sorted({x.tag for x in r.by_tag_workload}) or ["untagged"]
     cost = {(x.tag, x.workload): _dollars(x.usage.cost_units) for x in r.by_tag_workload}
     series = [Series(label, [cost.get((t, w), 0.0) for t in tags], PALETTE[i])
-              for i, (w, label) in enumerate(WORKLOADS)]
+              for i, (w, label) in enumerate(WORKLOAD_NAMES.items())]
     title = "Where the money goes: cost by tag and workload"
     svg = bar_chart("tag-workload", title, tags, series, USD_PER_MONTH,
                     "tag (X-LLMMeter-Tag header)")

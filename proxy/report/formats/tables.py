@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from zoneinfo import ZoneInfo
 
+from proxy.protocol.names import WORKLOADS
 from proxy.report.model import Report, SelfHosting, Usage
 from proxy.report.numbers import count, money, percent
 
-WORKLOAD_NAMES = {"short": "short", "medium": "medium", "long": "long", "very_long": "very long"}
+WORKLOAD_NAMES = {w: w.replace("_", " ") for w in WORKLOADS}  # "very_long" reads "very long"
 
 
 @dataclass(frozen=True, slots=True)
