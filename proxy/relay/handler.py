@@ -61,7 +61,7 @@ class Relay:
         endpoint = "other" if path is None else ENDPOINT_PATHS.get(path, "other")
         if method != "POST" and endpoint in METERED:
             endpoint = "other"
-        anthropic = endpoint == "messages" or (path or "").startswith("/v1/messages")
+        anthropic = (path or "").startswith("/v1/messages")  # /v1/messages/count_tokens too
         headers: list[tuple[bytes, bytes]] = scope["headers"]
         ex = Exchange(start=datetime.now(UTC), t0=t0, endpoint=endpoint, tenant="default")
         ex.tag = clean_tag(_header(headers, b"x-llmmeter-tag"))

@@ -115,10 +115,6 @@ class UpstreamClient:
     def open_connections(self) -> int:
         return len(self._owned) + self._opening
 
-    @property
-    def waiting(self) -> int:
-        return sum(1 for w in self._waiters if not w.done())
-
     async def request(self, method: str, url: str, headers: Iterable[tuple[str, str]], body: bytes) -> Response:
         i = url.find("/", url.find("//") + 2)
         origin_url, target = (url, "/") if i == -1 else (url[:i], url[i:])
