@@ -14,6 +14,8 @@ HOP_BY_HOP = frozenset({
     b"trailer", b"transfer-encoding", b"upgrade", b"proxy-connection",
 })
 _REQUEST_DROP = HOP_BY_HOP | {b"host", b"content-length"}
+_LENGTH_DROP = HOP_BY_HOP | {b"content-length"}  # a body llmmeter edited
+_EDITED_DROP = _LENGTH_DROP | {b"content-encoding"}  # ...and relays decoded
 _AUTH = frozenset({b"authorization", b"x-api-key"})
 
 
@@ -80,10 +82,8 @@ def target_url(up: Upstream, path: str, query: bytes) -> str:
 def request_headers(raw: Iterable[tuple[bytes, bytes]], up: Upstream, *, metered: bool,
                     anthropic: bool, strip_client_auth: bool) -> list[tuple[str, str]]:
     """The client's headers minus hop-by-hop, X-LLMMeter-* and (when needed) its keys."""
-    drop: frozenset[bytes] | set[bytes] = _REQUEST_DROP
-    for name, value in raw:
-        if name == b"connection":  # headers the client marked as hop-by-hop too
-            drop = set(drop) | {v.strip().lower().encode() for v in value.decode("latin-1").split(",")}
+    raw = list(raw)
+    drop = _hop_by_hop(raw, _REQUEST_DROP)
     replace_auth = up.api_key is not None or strip_client_auth
     out: list[tuple[str, str]] = []
     for name, value in raw:
@@ -107,15 +107,14 @@ def request_headers(raw: Iterable[tuple[bytes, bytes]], up: Upstream, *, metered
 
 def response_headers(raw: Iterable[tuple[bytes, bytes]], *, body_edited: bool,
                      decoded: bool = False) -> list[tuple[bytes, bytes]]:
-    """The upstream's headers minus hop-by-hop ones and those its `Connection` names (RFC
-    9110 7.6.1); an edited body loses its length, a decoded one its content coding too."""
+    """The upstream's headers (names in lower case, as the client keeps them) minus hop-by-hop
+    ones; an edited body loses its length, a decoded one its content coding too."""
     raw = list(raw)
-    drop: frozenset[bytes] | set[bytes] = HOP_BY_HOP
-    for name, value in raw:
-        if name.lower() == b"connection":
-            drop = set(drop) | {v.strip().lower() for v in value.split(b",")}
-    if body_edited or decoded:
-        drop = set(drop) | {b"content-length"}
-    if decoded:
-        drop = set(drop) | {b"content-encoding"}
-    return [(name.lower(), value) for name, value in raw if name.lower() not in drop]
+    drop = _hop_by_hop(raw, _EDITED_DROP if decoded else _LENGTH_DROP if body_edited else HOP_BY_HOP)
+    return [(name, value) for name, value in raw if name not in drop]
+
+
+def _hop_by_hop(raw: list[tuple[bytes, bytes]], base: frozenset[bytes]) -> frozenset[bytes]:
+    """`base` plus the headers this message's own `Connection` names (RFC 9110 7.6.1)."""
+    named = [v.strip().lower() for name, value in raw if name == b"connection" for v in value.split(b",")]
+    return base | frozenset(named) if named else base
