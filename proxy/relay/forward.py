@@ -161,7 +161,7 @@ class _Stream:
                 last = out  # the body's last bytes: the record goes first
                 break
             if self.tap is not None and self.tap.done and not self.recorded:
-                await self._record()
+                await self._record(ended=False)
             ex.overhead_s += time.perf_counter() - t_mark
             if out:
                 await send({"type": "http.response.body", "body": out, "more_body": True})
@@ -169,7 +169,7 @@ class _Stream:
         if self.tap is not None:
             last += self.tap.finish()
         if not self.recorded:
-            await self._record()
+            await self._record(ended=True)
         ex.overhead_s += time.perf_counter() - t_mark
         await send({"type": "http.response.body", "body": last, "more_body": False})
 
@@ -196,12 +196,15 @@ class _Stream:
             self.buffered += chunk
         return chunk
 
-    async def _record(self) -> None:
+    async def _record(self, ended: bool) -> None:
+        """`ended`: the body is whole, so a compressed one must have reached its end too (a
+        stream's usage may be recorded earlier, while its rest is still on the way)."""
         self.recorded = True
         ex, tap = self.ex, self.tap
         if tap is not None:
             if self.decoder is not None and not self.decoded_out:
-                self.decoder.close()
+                if ended:
+                    self.decoder.close()
                 if self.decoder.failed:
                     await self.fwd.finish(ex, self._undecoded(), tap.completion_text)
                     return

@@ -9,6 +9,7 @@ import json
 import socket
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -322,3 +323,35 @@ def test_nothing_reaches_the_upstream_before_the_body_is_whole(rogue: Rogue, ser
         s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{\"model\"")
         time.sleep(0.5)
         assert rogue.requests == []
+
+
+def test_a_gzip_stream_whose_usage_comes_before_its_end_is_read_not_called_corrupt(rogue: Rogue,
+                                                                                  serve: Any) -> None:
+    events = [
+        {"id": "c1", "object": "chat.completion.chunk", "model": "kimi-k3.1-pro",
+         "choices": [{"index": 0, "delta": {"content": "yo"}, "finish_reason": "stop"}]},
+        {"id": "c1", "object": "chat.completion.chunk", "model": "kimi-k3.1-pro", "choices": [], "usage": USAGE},
+    ]
+    z = zlib.compressobj(9, zlib.DEFLATED, 31)  # gzip, flushed per event as a streaming server does
+    parts = [z.compress(b"data: " + json.dumps(e).encode() + b"\n\n") + z.flush(zlib.Z_SYNC_FLUSH) for e in events]
+    parts.append(z.compress(b"data: [DONE]\n\n") + z.flush(zlib.Z_SYNC_FLUSH))
+    parts.append(z.flush())  # the gzip trailer after the last event: the stream is done before its body is
+
+    def gz_stream(req: Request, conn: Conn) -> bool:
+        conn.send(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-encoding: gzip\r\n"
+                  b"transfer-encoding: chunked\r\n\r\n")
+        for part in parts:
+            conn.send(b"%x\r\n%s\r\n" % (len(part), part))
+            time.sleep(0.1)  # [DONE] is read (and the record written) before the gzip stream ends
+        conn.send(b"0\r\n\r\n")
+        return True
+
+    rogue.script = gz_stream
+    proxy = serve(config=config(rogue))
+    body = {**CHAT, "stream": True, "stream_options": {"include_usage": True}}  # nothing for llmmeter to edit
+    with httpx.stream("POST", proxy.base_url + "/chat/completions", json=body, timeout=10) as r:
+        assert r.headers["content-encoding"] == "gzip" and gzip.decompress(b"".join(r.iter_raw())).endswith(
+            b"data: [DONE]\n\n")
+    [row] = proxy.rows(expect=1)
+    assert (row["input_tokens"], row["output_tokens"], row["usage_source"]) == (11, 7, "upstream")
+    assert "decode_corrupt" not in (row["flags"] or "")
