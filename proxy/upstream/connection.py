@@ -24,6 +24,7 @@ import httptools
 from proxy.errors import Broken, MalformedResponse
 
 BUFFER_HIGH = 256 * 1024  # body bytes buffered before the upstream socket is paused
+MAX_RESPONSE_HEAD = 256 * 1024  # status line and headers (interim answers too); real ones are < 16 KiB
 _NO_BODY = frozenset({204, 304})
 
 
@@ -68,6 +69,7 @@ class Connection(asyncio.Protocol):
         self._waiter: asyncio.Future[None] | None = None
         self._no_body = False
         self._reason: str | None = None
+        self._head_bytes = 0
 
     # --- asyncio.Protocol -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -86,6 +88,11 @@ class Connection(asyncio.Protocol):
             self._malformed(self._reason or "the upstream switched protocols (101) without being asked")
         except httptools.HttpParserError as e:
             self._malformed(self._reason or f"malformed response from the upstream: {e}")
+            return
+        if not self.status:  # all of it was head: httptools would buffer an endless field whole
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_RESPONSE_HEAD:
+                self._malformed(f"the upstream's response head is larger than {MAX_RESPONSE_HEAD} bytes")
 
     def eof_received(self) -> bool | None:
         return None  # let the transport close; connection_lost does the rest

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proxy.errors import Broken, MalformedResponse
-from proxy.upstream.connection import Connection
+from proxy.upstream.connection import MAX_RESPONSE_HEAD, Connection
 
 
 class FakeTransport:
@@ -341,3 +341,13 @@ def test_agrees_with_h11_on_generated_responses(data: bytes, cuts: list[int]) ->
     points = sorted({c % (len(data) + 1) for c in cuts})
     pieces = [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True) if data[a:b]]
     agree(data, pieces or [data])
+
+
+def test_an_endless_response_head_is_refused_not_buffered() -> None:
+    field = b"x-big: " + b"a" * 65536
+    pieces = [b"HTTP/1.1 200 OK\r\n"] + [field] * (MAX_RESPONSE_HEAD // len(field) + 2)
+    read = read_with_llmmeter(pieces, eof=False)
+    assert read.error is not None and "larger than" in read.error
+    # A large but bounded head is read as usual.
+    ok = b"HTTP/1.1 200 OK\r\n" + b"x-big: " + b"a" * 100_000 + b"\r\ncontent-length: 2\r\n\r\nhi"
+    assert read_with_llmmeter([ok[i:i + 4096] for i in range(0, len(ok), 4096)]).body == b"hi"
