@@ -6,8 +6,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 
-# The four billing categories, in the order tables, metrics and reports list them.
+# The four required prices of an entry, in the order tables list them.
 TOKEN_TYPES: tuple[str, ...] = ("input", "cache_read", "cache_write", "output")
+# Every billing category a record has (version 2 adds 1-hour cache writes), as metrics and
+# reports list them.
+BILLING_TYPES: tuple[str, ...] = ("input", "cache_read", "cache_write", "cache_write_1h", "output")
+FEE_TYPES: tuple[str, ...] = ("web_search",)
 
 # Tier names as providers spell them, mapped to the tiers price tables use.
 BUILTIN_TIER_ALIASES: dict[str, str] = {
@@ -19,6 +23,20 @@ BUILTIN_TIER_ALIASES: dict[str, str] = {
     "priority": "highspeed",
     "highspeed": "highspeed",
 }
+
+
+@dataclass(frozen=True, slots=True)
+class Band:
+    """A long-context band: above this many input-side tokens the whole request is priced here.
+    A price left out (None) keeps the entry's base price."""
+
+    above_input_tokens: int
+    input: Decimal | None = None
+    output: Decimal | None = None
+    cache_read: Decimal | None = None
+    cache_write: Decimal | None = None
+    cache_write_1h: Decimal | None = None
+    line: int = field(default=0, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +53,11 @@ class Price:
     source: str
     match: tuple[str, ...] = ()
     upstream: str | None = None  # None: applies to every upstream
+    # Version 2 (SPEC "Price tables, version 2"): optional, never inherited from another entry.
+    cache_write_1h: Decimal | None = None  # None: 1h writes priced at cache_write, flagged
+    web_search_per_1k: Decimal | None = None  # USD per 1,000 calls; None with calls: flagged
+    bands: tuple[Band, ...] = ()  # ascending above_input_tokens
+    inference_geo: str | None = None  # Anthropic usage.inference_geo this entry prices
     file: str = field(default="", compare=False)
     line: int = field(default=0, compare=False)
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pricing.toml_lines import header_lines, key_line
 from proxy.errors import ConfigError
@@ -35,6 +36,9 @@ class Upstream:
     client_cert: Path | None = None  # mutual TLS
     client_key: Path | None = None
     proxy: str | None = None  # egress proxy URL; "none" disables; None: HTTPS_PROXY/HTTP_PROXY/NO_PROXY
+    # "from_total": total_tokens beyond prompt + completion is billed output (xAI, Gemini);
+    # "flag": such a mismatch is only flagged (SPEC "Usage extraction").
+    hidden_output: str = "flag"
     # The resolved key; filled by `serve` only, never printed (repr=False).
     api_key: str | None = field(default=None, repr=False)
 
@@ -102,6 +106,7 @@ class Settings:
     idle_timeout_s: float = 75.0
     send_timeout_s: float = 120.0
     max_decompressed_mb: int = 64
+    public_url: str | None = None  # the address clients use, where llmmeter must name itself
     metrics_token: str | None = field(default=None, repr=False)
     ledger_url: str = "sqlite:///data/llmmeter.db"
     journal_dir: Path | None = None
@@ -125,7 +130,7 @@ class Settings:
 _SCHEMA: dict[str, set[str]] = {
     "server": {"host", "port", "max_body_mb", "connect_timeout_s", "read_timeout_s",
                "metrics_token", "workers", "head_timeout_s", "body_timeout_s", "idle_timeout_s",
-               "send_timeout_s", "max_decompressed_mb"},
+               "send_timeout_s", "max_decompressed_mb", "public_url"},
     "ledger": {"url", "journal_dir", "fsync"},
     "pricing": {"dir"},
     "workloads": {"medium", "long", "very_long"},
@@ -138,7 +143,7 @@ _SCHEMA: dict[str, set[str]] = {
 _ARRAYS: dict[str, set[str]] = {
     "upstream": {"name", "base_url", "anthropic_base_url", "api_key_env", "models",
                  "inject_include_usage", "self_hosted", "max_connections", "idle_s", "ca_file",
-                 "client_cert", "client_key", "proxy"},
+                 "client_cert", "client_key", "proxy", "hidden_output"},
     "tenant": {"name", "key_sha256", "monthly_budget_usd"},
     "tag": {"name"},
     "tier_alias": {"from", "to"},
@@ -351,6 +356,7 @@ def _build(raw: dict[str, Any], src: _Source, origins: Mapping[tuple[str, str | 
         idle_timeout_s=c.num("server", server, "idle_timeout_s", 75.0),
         send_timeout_s=c.num("server", server, "send_timeout_s", 120.0),
         max_decompressed_mb=c.int_("server", server, "max_decompressed_mb", 64, lo=1, hi=4096),
+        public_url=_public_url(c, server),
         metrics_token=_metrics_token(c, server),
         ledger_url=_ledger_url(c, ledger),
         journal_dir=_opt_path(c.opt_str("ledger", ledger, "journal_dir")),
@@ -466,10 +472,37 @@ def _upstreams(c: _Checker, items: list[dict[str, Any]]) -> tuple[Upstream, ...]
             max_connections=c.int_("upstream", u, "max_connections", 100, i, lo=1, hi=100_000),
             idle_s=c.num("upstream", u, "idle_s", 30.0, i),
             ca_file=_opt_file(c, u, "ca_file", i), client_cert=_opt_file(c, u, "client_cert", i),
-            client_key=_opt_file(c, u, "client_key", i), proxy=_egress_proxy(c, u, i)))
+            client_key=_opt_file(c, u, "client_key", i), proxy=_egress_proxy(c, u, i),
+            hidden_output=_hidden_output(c, u, base, i)))
         if (u.get("client_cert") is None) != (u.get("client_key") is None):
             c.fail("upstream", "client_cert", i, "client_cert and client_key go together")
     return tuple(out)
+
+
+# Upstreams known to bill output that completion_tokens leaves out (SPEC "Usage extraction").
+_HIDDEN_OUTPUT_HOSTS = ("api.x.ai", "generativelanguage.googleapis.com")
+HIDDEN_OUTPUT_MODES = ("from_total", "flag")
+
+
+def _hidden_output(c: _Checker, u: Mapping[str, Any], base_url: str, i: int) -> str:
+    host = (urlsplit(base_url).hostname or "").lower() if base_url else ""
+    default = "from_total" if host in _HIDDEN_OUTPUT_HOSTS else "flag"
+    value = c.str_("upstream", u, "hidden_output", default, i)
+    if value not in HIDDEN_OUTPUT_MODES:
+        c.fail("upstream", "hidden_output", i, f"hidden_output must be one of {', '.join(HIDDEN_OUTPUT_MODES)}, "
+               f"not {value!r}")
+        return default
+    return value
+
+
+def _public_url(c: _Checker, server: Mapping[str, Any]) -> str | None:
+    value = c.opt_str("server", server, "public_url")
+    if value is None:
+        return None
+    if not re.match(r"^https?://[^/\s?#]+(/[^\s?#]*)?$", value):
+        c.fail("server", "public_url", 0, "public_url must be an http:// or https:// URL with no query or fragment")
+        return None
+    return value.rstrip("/")
 
 
 def _opt_file(c: _Checker, u: Mapping[str, Any], key: str, i: int) -> Path | None:

@@ -16,6 +16,8 @@ EXPORT_COLUMNS: tuple[str, ...] = (
     "output_tokens", "reasoning_tokens", "usage_source", "price_effective_from", "cost_usd",
     "duration_ms", "ttft_ms", "tag", "workload", "outcome", "end_user", "response_model",
     "upstream_request_id",
+    # Appended in version 2 (SPEC "Ledger"), in this order.
+    "cache_write_1h_tokens", "web_search_calls", "price_band", "provider_cost_usd", "flags",
 )
 
 # Money in the ledger is an integer count of 10^-10 USD (SPEC "Price tables").
@@ -58,6 +60,12 @@ class Record:
     tag: str | None = None
     workload: str | None = None
     upstream_request_id: str | None = None
+    # Version 2 (migration 007); a record journaled before them reads as 0 / None.
+    cache_write_1h_tokens: int = 0  # a sixth billing category, part of the input side
+    web_search_calls: int = 0  # per-call fee count
+    price_band: int | None = None  # the band's above_input_tokens, 0 below every band; None unpriced
+    fee_units: int | None = None  # the fees inside cost_units (a subset), 10^-10 USD; None unpriced
+    provider_cost_units: int | None = None  # the upstream's own figure, 10^-10 USD; None when it gave none
 
     def to_json_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (times as RFC 3339) used by the journal."""
@@ -77,7 +85,7 @@ class Record:
 
     @property
     def input_side_tokens(self) -> int:
-        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
+        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens + self.cache_write_1h_tokens
 
 
 def _iso(t: datetime | None) -> str | None:

@@ -59,6 +59,7 @@ class Exchange:
     stream: bool = False
     upstream: str = ""
     self_hosted: bool = False
+    hidden_output: bool = False  # the upstream bills total_tokens beyond the categories as output
     model_requested: str | None = None
     tier_requested: str | None = None
     end_user: str | None = None

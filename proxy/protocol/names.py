@@ -12,7 +12,9 @@ ENDPOINT_PATHS: Mapping[str, str] = {
     "/v1/responses": "responses", "/v1/messages": "messages", "/v1/models": "models",
 }
 METERED = frozenset({"chat", "completions", "embeddings", "responses", "messages"})
-ENDPOINTS = frozenset({*ENDPOINT_PATHS.values(), "other"})
+# Batch results downloaded through llmmeter: one record per result line (SPEC "Batch jobs").
+BATCH = "batch"
+ENDPOINTS = frozenset({*ENDPOINT_PATHS.values(), BATCH, "other"})
 CHAT_STYLE = frozenset({"chat", "completions"})  # where llmmeter may ask for the usage chunk
 
 OUTCOMES = ("ok", "upstream_http_error", "upstream_unreachable", "upstream_timeout", "upstream_reset",
@@ -31,4 +33,5 @@ FAULT_KINDS = frozenset({
     "decode_over_cap",  # a compressed body past server.max_decompressed_mb
     "estimate_counter_failed",  # the token counter failed; the count is approximated
     "pricing_failed",  # the price could not be computed; recorded unpriced
+    "total_mismatch",  # total_tokens exceeds the categories on an upstream whose hidden_output is "flag"
 })

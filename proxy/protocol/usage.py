@@ -67,6 +67,15 @@ class Usage:
     output_tokens: int  # reasoning included
     reasoning_tokens: int | None  # None: the dialect did not report it
     flags: tuple[str, ...] = ()
+    cache_write_1h_tokens: int = 0  # cache writes with a 1-hour TTL (Anthropic); apart from cache_write
+    web_search_calls: int = 0  # per-call fee: web searches the provider ran
+    total_tokens: int | None = None  # the report's own total, where it gives one (hidden output)
+    provider_cost_units: int | None = None  # what the provider says it charged, 10^-10 USD, exact
+    iterations: tuple[Usage, ...] = ()  # Anthropic server-side compaction passes; the fields above are their sums
+
+    @property
+    def input_side_tokens(self) -> int:
+        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens + self.cache_write_1h_tokens
 
     @classmethod
     def from_openai(cls, u: object) -> Usage | None:
@@ -150,6 +159,7 @@ class Observed:
     speed: str | None = None
     upstream_request_id: str | None = None
     faults: tuple[str, ...] = ()  # what could not be read (proxy/protocol/names.py FAULT_KINDS)
+    inference_geo: str | None = None  # Anthropic usage.inference_geo: an entry may price it apart
 
 
 def meta(v: object) -> str | None:
