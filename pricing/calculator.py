@@ -25,6 +25,10 @@ MAX_PRICE_PER_MILLION = Decimal(1_000_000)
 MAX_UNIT_PRICE = int(MAX_PRICE_PER_MILLION) * _UNITS_PER_TOKEN_PER_USD_PER_MILLION  # 10^10 units per token
 MAX_TOKENS = 10**9
 MAX_COST_UNITS = len(TOKEN_TYPES) * MAX_TOKENS * MAX_UNIT_PRICE
+# Per-call fees: a record counts at most this many calls (more is garbage, refused by the usage
+# reader), and a provider's own cost figure above MAX_PROVIDER_COST_UNITS ($10^8) is not kept.
+MAX_FEE_CALLS = 100_000
+MAX_PROVIDER_COST_UNITS = 10**18
 # Wide enough for any price under the ceiling; anything inexact raises here, never rounds.
 _EXACT = Context(prec=60, traps=[InvalidOperation, Overflow, Inexact])
 
