@@ -299,3 +299,33 @@ def test_a_keyword_value_connection_string_is_refused_without_echoing_it() -> No
     assert str(e.value).startswith("variable LLMMETER_DB: url looks like a keyword/value")
     assert "hunter2" not in str(e.value)
     assert load(None, env={}, overrides={"db": "data/ledger.db"}).ledger_url == "data/ledger.db"
+
+
+@pytest.mark.parametrize(("base_url", "expected"), [
+    ("https://api.x.ai/v1", "from_total"),
+    ("https://generativelanguage.googleapis.com/v1beta/openai", "from_total"),
+    ("https://API.X.AI/v1", "from_total"),
+    ("https://api.openai.com/v1", "flag"),
+    ("https://api.x.ai.example.com/v1", "flag"),  # a look-alike host is not xAI
+    ("http://127.0.0.1:8000/v1", "flag"),
+])
+def test_hidden_output_defaults_by_host(tmp_path: Path, base_url: str, expected: str) -> None:
+    s = load(write(tmp_path, f'[[upstream]]\nname = "a"\nbase_url = "{base_url}"\n'), env={})
+    assert s.upstreams[0].hidden_output == expected
+
+
+def test_hidden_output_is_set_or_refused_by_name(tmp_path: Path) -> None:
+    s = load(write(tmp_path, '[[upstream]]\nname = "a"\nbase_url = "https://api.x.ai/v1"\nhidden_output = "flag"\n'),
+             env={})
+    assert s.upstreams[0].hidden_output == "flag"
+    with pytest.raises(ConfigError, match=r"llmmeter.toml:4: hidden_output must be one of from_total, flag"):
+        load(write(tmp_path, '[[upstream]]\nname = "a"\nbase_url = "https://x/v1"\nhidden_output = "yes"\n'), env={})
+
+
+def test_public_url_is_an_address_without_query(tmp_path: Path) -> None:
+    s = load(write(tmp_path, '[server]\npublic_url = "https://llm.example.com/"\n'), env={})
+    assert s.public_url == "https://llm.example.com"
+    assert load(None, env={}).public_url is None
+    for bad in ("llm.example.com", "https://x/?a=1", "ftp://x", "https://x/#f"):
+        with pytest.raises(ConfigError, match="public_url must be an http"):
+            load(write(tmp_path, f'[server]\npublic_url = "{bad}"\n'), env={})
