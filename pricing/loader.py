@@ -19,16 +19,22 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from pricing.calculator import MAX_PRICE_PER_MILLION
-from pricing.model import TOKEN_TYPES, Price
+from pricing.calculator import MAX_FEE_PER_1K, MAX_PRICE_PER_MILLION, MAX_TOKENS
+from pricing.model import TOKEN_TYPES, Band, Price
 from pricing.toml_lines import key_line
 from proxy.errors import LLMMeterError
 
 REQUIRED = ("model", "tier", "effective_from", *TOKEN_TYPES, "source")
-OPTIONAL = ("match", "upstream", "currency")
+# Version 2 (SPEC "Price tables, version 2"): every addition is optional.
+OPTIONAL = ("match", "upstream", "currency", "cache_write_1h", "web_search_per_1k", "inference_geo", "band")
+BAND_PRICES = ("input", "output", "cache_read", "cache_write", "cache_write_1h")
+BAND_KEYS = ("above_input_tokens", *BAND_PRICES)
+# A band's threshold is on the input side, at most four categories of MAX_TOKENS each.
+MAX_BAND_THRESHOLD = 4 * MAX_TOKENS
 MAX_DECIMALS = 4
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 _HEADER = re.compile(r"^\s*\[\[\s*price\s*\]\]")
+_BAND_HEADER = re.compile(r"^\s*\[\[?\s*price\s*\.\s*band\s*\]\]?")  # [price.band] too, to point at it
 _TOML_LINE = re.compile(r"at line (\d+)")
 
 
@@ -122,8 +128,12 @@ def parse_table(text: str, name: str) -> tuple[list[Price], list[str]]:
 
 def _entry(entry: dict[str, Any], name: str, lines: list[str], first: int, last: int
            ) -> tuple[Price | None, list[str]]:
+    # The entry's own keys sit before its first [[price.band]] header; each band's after its own.
+    band_headers = [i for i in range(first + 1, min(last, len(lines))) if _BAND_HEADER.match(lines[i])]
+    own_last = band_headers[0] if band_headers else last
+
     def at(key: str | None = None) -> str:
-        line = _key_line(lines, first, last, key) if key else None
+        line = _key_line(lines, first, own_last, key) if key else None
         return f"{name}:{line or first + 1}"
 
     errors = [f"{at(k)}: unknown key {k!r} in [[price]] (known: {', '.join(REQUIRED + OPTIONAL)})"
@@ -146,6 +156,10 @@ def _entry(entry: dict[str, Any], name: str, lines: list[str], first: int, last:
     if currency != "USD":
         errors.append(f"{at('currency')}: currency {currency!r} is not supported: price tables are in USD")
     upstream = text("upstream") if "upstream" in entry else None
+    geo = text("inference_geo") if "inference_geo" in entry else None
+    if geo and not _NAME.match(geo):
+        errors.append(f"{at('inference_geo')}: inference_geo {geo!r} must be lower-case letters, digits, '_', "
+                      f"'-' or '.' (as the provider reports it, e.g. \"us\")")
     match: tuple[str, ...] = ()
     if "match" in entry:
         raw = entry["match"]
@@ -155,12 +169,65 @@ def _entry(entry: dict[str, Any], name: str, lines: list[str], first: int, last:
             match = tuple(m.strip() for m in raw)
     effective = _effective(entry["effective_from"], at("effective_from"), errors)
     amounts = {k: _amount(entry[k], k, at(k), errors) for k in TOKEN_TYPES}
+    write_1h = _amount(entry["cache_write_1h"], "cache_write_1h", at("cache_write_1h"), errors) \
+        if "cache_write_1h" in entry else None
+    fee = _amount(entry["web_search_per_1k"], "web_search_per_1k", at("web_search_per_1k"), errors,
+                  ceiling=MAX_FEE_PER_1K, per="1,000 calls") if "web_search_per_1k" in entry else None
+    band_at = f"{name}:{band_headers[0] + 1}" if band_headers else at("band")
+    bands = _bands(entry["band"], name, lines, band_at, band_headers, last, errors) if "band" in entry else ()
     if errors or effective is None:
         return None, errors
     return Price(model=model, tier=tier, effective_from=effective, source=source, match=match,
                  upstream=upstream, file=name, line=first + 1,
                  input=amounts["input"], output=amounts["output"],
-                 cache_read=amounts["cache_read"], cache_write=amounts["cache_write"]), []
+                 cache_read=amounts["cache_read"], cache_write=amounts["cache_write"],
+                 cache_write_1h=write_1h, web_search_per_1k=fee, bands=bands, inference_geo=geo), []
+
+
+def _bands(raw: object, name: str, lines: list[str], where: str, headers: list[int], last: int,
+           errors: list[str]) -> tuple[Band, ...]:
+    """An entry's [[price.band]] tables: each with its own file:line, ascending, known keys only."""
+    if not isinstance(raw, list) or not raw or not all(isinstance(b, dict) for b in raw):
+        errors.append(f"{where}: band must be an array of tables: write [[price.band]] after the [[price]] "
+                      f"entry's own keys")
+        return ()
+    if len(headers) != len(raw):  # an inline array: no header lines to point at, the key's line it is
+        headers = []
+    bands: list[Band] = []
+    previous: Band | None = None
+    for n, band in enumerate(raw):
+        first = headers[n] if headers else -1
+        end = headers[n + 1] if n + 1 < len(headers) else last
+
+        def at(key: str | None = None, first: int = first, end: int = end) -> str:
+            if first < 0:
+                return where
+            line = _key_line(lines, first, end, key) if key else None
+            return f"{name}:{line or first + 1}"
+
+        before = len(errors)
+        errors += [f"{at(k)}: unknown key {k!r} in [[price.band]] (known: {', '.join(BAND_KEYS)})"
+                   for k in band if k not in BAND_KEYS]
+        if "above_input_tokens" not in band:
+            errors.append(f"{at()}: [[price.band]] is missing 'above_input_tokens'")
+            continue
+        above = band["above_input_tokens"]
+        if type(above) is not int or not 0 < above <= MAX_BAND_THRESHOLD:
+            errors.append(f"{at('above_input_tokens')}: above_input_tokens must be a whole number of tokens "
+                          f"from 1 to {MAX_BAND_THRESHOLD:,}, not {above!r}")
+            continue
+        if not any(k in band for k in BAND_PRICES):
+            errors.append(f"{at()}: [[price.band]] above {above} gives no price ({', '.join(BAND_PRICES)}): "
+                          f"it would change nothing")
+        prices = {k: _amount(band[k], k, at(k), errors) for k in BAND_PRICES if k in band}
+        if previous is not None and above <= previous.above_input_tokens:
+            errors.append(f"{at('above_input_tokens')}: bands must be strictly ascending: above_input_tokens "
+                          f"{above} follows {previous.above_input_tokens} (at {name}:{previous.line})")
+        if len(errors) > before:
+            continue
+        previous = Band(above_input_tokens=above, line=first + 1 if first >= 0 else 0, **prices)
+        bands.append(previous)
+    return tuple(bands)
 
 
 def _effective(v: object, where: str, errors: list[str]) -> datetime | None:
@@ -181,7 +248,8 @@ def _effective(v: object, where: str, errors: list[str]) -> datetime | None:
     return None
 
 
-def _amount(v: object, key: str, where: str, errors: list[str]) -> Decimal:
+def _amount(v: object, key: str, where: str, errors: list[str], ceiling: Decimal = MAX_PRICE_PER_MILLION,
+            per: str = "million tokens") -> Decimal:
     if not isinstance(v, str):
         # A TOML float is binary: 0.1 is not 0.1. Prices must be exact, so they are strings.
         errors.append(f'{where}: {key} must be a decimal string such as "2.00", not {type(v).__name__} {v!r}')
@@ -195,8 +263,8 @@ def _amount(v: object, key: str, where: str, errors: list[str]) -> Decimal:
         errors.append(f"{where}: {key} {v!r} is not a finite number")
     elif d < 0:
         errors.append(f"{where}: {key} {v!r} is negative")
-    elif d > MAX_PRICE_PER_MILLION:
-        errors.append(f"{where}: {key} {v!r} is above the ceiling of {MAX_PRICE_PER_MILLION:,} USD per million tokens")
+    elif d > ceiling:
+        errors.append(f"{where}: {key} {v!r} is above the ceiling of {ceiling:,} USD per {per}")
     elif -d.as_tuple().exponent > MAX_DECIMALS:  # type: ignore[operator]
         errors.append(f"{where}: {key} {v!r} has more than {MAX_DECIMALS} decimal places")
     elif d.as_tuple().exponent > 0:  # type: ignore[operator]
@@ -206,13 +274,14 @@ def _amount(v: object, key: str, where: str, errors: list[str]) -> Decimal:
 
 def _cross_checks(prices: Iterable[Price]) -> list[str]:
     errors: list[str] = []
-    seen: dict[tuple[str, str, str | None, datetime], Price] = {}
+    seen: dict[tuple[str, str, str | None, str | None, datetime], Price] = {}
     owner: dict[str, Price] = {}
     for p in prices:
-        key = (p.model, p.tier, p.upstream, p.effective_from)
+        key = (p.model, p.tier, p.upstream, p.inference_geo, p.effective_from)
         if key in seen:
             errors.append(f"{p.where}: duplicate entry for model {p.model!r} tier {p.tier!r}"
-                          f"{f' upstream {p.upstream!r}' if p.upstream else ''} effective "
+                          f"{f' upstream {p.upstream!r}' if p.upstream else ''}"
+                          f"{f' inference_geo {p.inference_geo!r}' if p.inference_geo else ''} effective "
                           f"{p.effective_from.isoformat()} (first at {seen[key].where})")
         else:
             seen[key] = p

@@ -114,3 +114,120 @@ def test_invalid_toml_and_unknown_top_level_keys(tmp_path: Path) -> None:
 def test_empty_or_missing_directory(tmp_path: Path) -> None:
     assert "no price tables" in check_dir(tmp_path)[0]
     assert "not a directory" in check_dir(tmp_path / "nope")[0]
+
+
+# Version 2: 1-hour cache writes, per-call fees, inference_geo and long-context bands.
+V2 = GOOD + """\
+cache_write_1h = "4.00"
+web_search_per_1k = "10.00"
+inference_geo = "us"
+
+[[price.band]]
+above_input_tokens = 200000
+input = "4.00"
+output = "15.00"
+
+[[price.band]]
+above_input_tokens = 1000000
+cache_write_1h = "8.00"
+"""
+
+
+def test_a_version_2_entry_loads_with_its_bands(tmp_path: Path) -> None:
+    [p] = load_dir(table(tmp_path, V2))
+    assert (p.cache_write_1h, p.web_search_per_1k, p.inference_geo) == (Decimal(4), Decimal(10), "us")
+    low, high = p.bands
+    assert (low.above_input_tokens, low.input, low.output, low.cache_read, low.line) == (
+        200000, Decimal(4), Decimal(15), None, 15)
+    assert (high.above_input_tokens, high.cache_write_1h, high.input, high.line) == (1000000, Decimal(8), None, 20)
+
+
+def test_version_1_entries_have_no_version_2_prices(tmp_path: Path) -> None:
+    [p] = load_dir(table(tmp_path, GOOD))
+    assert (p.cache_write_1h, p.web_search_per_1k, p.inference_geo, p.bands) == (None, None, None, ())
+
+
+@pytest.mark.parametrize(("change", "line", "words"), [
+    (('cache_write_1h = "4.00"', 'cache_write_1h = 4.0'), 11, "cache_write_1h must be a decimal string"),
+    (('cache_write_1h = "4.00"', 'cache_write_1h = "-4"'), 11, "cache_write_1h '-4' is negative"),
+    (('web_search_per_1k = "10.00"', 'web_search_per_1k = "10.00001"'), 12, "more than 4 decimal places"),
+    (('web_search_per_1k = "10.00"', 'web_search_per_1k = "1000001"'), 12,
+     "above the ceiling of 1,000,000 USD per 1,000 calls"),
+    (('inference_geo = "us"', 'inference_geo = "US East"'), 13, "inference_geo 'US East' must be lower-case"),
+    (('inference_geo = "us"', 'inference_geo = ""'), 13, "inference_geo must be a non-empty string"),
+    # The bands: each error on the band's own line.
+    (('above_input_tokens = 200000', 'above_input_tokens = 0'), 16, "from 1 to 4,000,000,000, not 0"),
+    (('above_input_tokens = 200000', 'above_input_tokens = "200000"'), 16, "whole number of tokens"),
+    (('above_input_tokens = 200000', 'above_input_tokens = 2e5'), 16, "whole number of tokens"),
+    (('above_input_tokens = 200000', 'above_input_tokens = true'), 16, "whole number of tokens"),
+    (('above_input_tokens = 200000', 'above_input_tokens = 4000000001'), 16, "not 4000000001"),
+    (('above_input_tokens = 200000\n', ''), 15, "[[price.band]] is missing 'above_input_tokens'"),
+    (('above_input_tokens = 1000000', 'above_input_tokens = 200000'), 21,
+     "strictly ascending: above_input_tokens 200000 follows 200000 (at {file}:15)"),
+    (('above_input_tokens = 1000000', 'above_input_tokens = 100000'), 21, "100000 follows 200000"),
+    (('output = "15.00"', 'output = "15.00"\nweb_search_per_1k = "1"'), 19,
+     "unknown key 'web_search_per_1k' in [[price.band]]"),
+    (('output = "15.00"', 'output = "15.00"\ncolour = "red"'), 19, "unknown key 'colour' in [[price.band]]"),
+    (('output = "15.00"', 'output = 15.0'), 18, "output must be a decimal string"),
+    (('input = "4.00"\noutput = "15.00"', 'input = "4.000001"'), 17, "input '4.000001' has more than 4"),
+    (('cache_write_1h = "8.00"', 'cache_write_1h = "1000000.5"'), 22, "above the ceiling"),
+    (('cache_write_1h = "8.00"\n', ''), 20, "above 1000000 gives no price"),
+    (('[[price.band]]\nabove_input_tokens = 200000', '[price.band]\nabove_input_tokens = 200000'), 15,
+     "band must be an array of tables: write [[price.band]]"),
+])
+def test_each_version_2_fault_is_named_with_file_and_line(tmp_path: Path, change: tuple[str, str], line: int,
+                                                          words: str) -> None:
+    old, new = change
+    assert old in V2
+    text = V2.replace(old, new, 1)
+    if change[1].startswith("[price.band]"):
+        text = text[:text.index("\n[[price.band]]")] + "\n"  # a table, then nothing more for it
+    file = tmp_path / "t.toml"
+    err = one_error(tmp_path, text)
+    assert err.startswith(f"{file}:{line}: "), err
+    assert words.format(file=file) in err, err
+
+
+def test_band_errors_point_into_the_right_entry(tmp_path: Path) -> None:
+    second = V2.replace('tier = "standard"', 'tier = "batch"').replace('match = ["m", "vendor/m"]\n', "")
+    text = GOOD + "\n" + second.replace('input = "4.00"', 'input = "x"')
+    err = one_error(tmp_path, text)
+    # GOOD is 10 lines, a blank one, then the second entry (V2 less its match line): its first
+    # band's input is on that entry's line 16, the file's 27.
+    assert err.startswith(f"{tmp_path / 't.toml'}:27: input 'x' is not a decimal number"), err
+
+
+def test_the_same_entry_in_another_geo_is_not_a_duplicate_but_twice_in_one_is(tmp_path: Path) -> None:
+    global_ = V2.replace('inference_geo = "us"\n', "").replace('match = ["m", "vendor/m"]\n', "")
+    assert len(load_dir(table(tmp_path, V2 + "\n" + global_))) == 2
+    again = V2.replace('match = ["m", "vendor/m"]\n', "")
+    [err] = check_dir(table(tmp_path, V2 + "\n" + again))
+    assert ":24: duplicate entry for model 'm' tier 'standard' inference_geo 'us'" in err
+
+
+def test_tier_names_are_free(tmp_path: Path) -> None:
+    tiers = ("flex", "priority", "batch", "scale.v2")
+    text = "\n".join(GOOD.replace('tier = "standard"', f'tier = "{t}"').replace('match = ["m", "vendor/m"]\n', "")
+                     for t in tiers)
+    assert {p.tier for p in load_dir(table(tmp_path, text))} == set(tiers)
+
+
+def test_prices_check_reports_band_and_fee_errors_with_file_and_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    root = Path(__file__).resolve().parents[2]
+    bad = V2.replace('web_search_per_1k = "10.00"', "web_search_per_1k = 10").replace(
+        "above_input_tokens = 1000000", "above_input_tokens = 1000")
+    table(tmp_path, bad)
+    done = subprocess.run([sys.executable, "-m", "proxy", "prices", "check", str(tmp_path)], capture_output=True,
+                          text=True, timeout=60, cwd=root)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    f = tmp_path / "t.toml"
+    assert done.stderr.splitlines() == [
+        f'{f}:12: web_search_per_1k must be a decimal string such as "2.00", not int 10',
+        f"{f}:21: bands must be strictly ascending: above_input_tokens 1000 follows 200000 (at {f}:15)",
+    ]
+    table(tmp_path, V2)
+    done = subprocess.run([sys.executable, "-m", "proxy", "prices", "check", str(tmp_path)], capture_output=True,
+                          text=True, timeout=60, cwd=root)
+    assert done.returncode == 0 and "1 price entries, all valid" in done.stdout, done.stderr
