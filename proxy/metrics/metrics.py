@@ -20,6 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from pricing import Cost, PriceBook
+from pricing.model import BILLING_TYPES
 from proxy.ledger.record import COST_UNITS_PER_USD, Record
 from proxy.metrics.tally import Buckets, Sum, Tally
 from proxy.protocol.names import ENDPOINTS, FAULT_KINDS
@@ -73,6 +74,13 @@ class Metrics:
                              ["model", "tier", "tenant"], shared)
         self.cost = Sum("llmmeter_cost_usd", "Cost in USD by billing category", ["model", "tier", "tenant", "type"],
                         shared)
+        self.fees = Sum("llmmeter_fees_usd", "Per-call fees in USD (inside llmmeter_cost_usd_total's totals)",
+                        ["model", "tenant", "fee"], shared)
+        self.provider_cost = Sum("llmmeter_provider_cost_usd", "The cost the upstream itself reported, in USD",
+                                 ["model", "tenant"], shared)
+        self.provider_costed = Sum("llmmeter_provider_costed_usd",
+                                   "llmmeter's own cost of the requests whose upstream reported a cost, in USD",
+                                   ["model", "tenant"], shared)
         self.estimated = Sum("llmmeter_estimated_requests", "Requests whose tokens were estimated", ["model"], shared)
         self.unpriced = Sum("llmmeter_unpriced_requests", "Requests with no price entry", ["model"], shared)
         self.duration = Buckets("llmmeter_request_duration_seconds", "Request duration", ["endpoint", "model"],
@@ -113,7 +121,8 @@ class Metrics:
         node.labels("prefill").set(settings.selfhost.node_prefill_tokens_per_s)
         node.labels("decode").set(settings.selfhost.node_decode_tokens_per_s)
         if not multiproc:
-            registry.register(Tally((self.requests, self.tokens, self.reasoning, self.cost, self.estimated,
+            registry.register(Tally((self.requests, self.tokens, self.reasoning, self.cost, self.fees,
+                                     self.provider_cost, self.provider_costed, self.estimated,
                                      self.unpriced, self.duration, self.ttft, self.overhead, self.input_tokens,
                                      self.output_tokens, self.tagged_cost, self.faults)))
         else:
@@ -151,13 +160,15 @@ class Metrics:
             k.ttft(rec.ttft_ms / 1000)
         if not k.metered:
             return
-        add_input, add_cache_read, add_cache_write, add_output = k.tokens
+        add_input, add_cache_read, add_cache_write, add_cache_write_1h, add_output = k.tokens
         if rec.input_tokens:
             add_input(rec.input_tokens)
         if rec.cache_read_tokens:
             add_cache_read(rec.cache_read_tokens)
         if rec.cache_write_tokens:
             add_cache_write(rec.cache_write_tokens)
+        if rec.cache_write_1h_tokens:
+            add_cache_write_1h(rec.cache_write_1h_tokens)
         if rec.output_tokens:
             add_output(rec.output_tokens)
         if rec.reasoning_tokens:
@@ -166,20 +177,30 @@ class Metrics:
             k.estimated(1.0)
         k.input_tokens(rec.input_side_tokens)
         k.output_tokens(rec.output_tokens)
+        provider = rec.provider_cost_units
+        if provider is not None:
+            k.provider_cost(provider / COST_UNITS_PER_USD)
         if cost is None:
             if rec.outcome != "rejected":
                 k.unpriced(1.0)
             return
-        spend_input, spend_cache_read, spend_cache_write, spend_output = k.cost
+        spend_input, spend_cache_read, spend_cache_write, spend_cache_write_1h, spend_output = k.cost
         if cost.input:
             spend_input(cost.input / COST_UNITS_PER_USD)
         if cost.cache_read:
             spend_cache_read(cost.cache_read / COST_UNITS_PER_USD)
         if cost.cache_write:
             spend_cache_write(cost.cache_write / COST_UNITS_PER_USD)
+        if cost.cache_write_1h:
+            spend_cache_write_1h(cost.cache_write_1h / COST_UNITS_PER_USD)
         if cost.output:
             spend_output(cost.output / COST_UNITS_PER_USD)
-        k.tagged_cost(cost.total / COST_UNITS_PER_USD)
+        if cost.web_search:
+            k.web_search(cost.web_search / COST_UNITS_PER_USD)
+        total = cost.total
+        k.tagged_cost(total / COST_UNITS_PER_USD)
+        if provider is not None:
+            k.provider_costed(total / COST_UNITS_PER_USD)
 
     def _prepare(self, raw: tuple[str | int | None, ...]) -> _Keys:
         """The series one combination of record values updates, looked up once (bounded: tier and
@@ -191,7 +212,7 @@ class Metrics:
         tenant = lb.pick(_str(tenant_v), lb.tenants)
         endpoint = endpoint_v if isinstance(endpoint_v, str) and endpoint_v in ENDPOINTS else OTHER
         upstream = lb.pick(_str(upstream_v), lb.upstreams)
-        kinds = ("input", "cache_read", "cache_write", "output")
+        kinds = BILLING_TYPES  # input, cache_read, cache_write, cache_write_1h, output
         k = _Keys(
             request=self.requests.adder((upstream, endpoint, model, tier, tenant, str(code_v), str(outcome_v))),
             duration=self.duration.observer((endpoint, model)),
@@ -205,6 +226,9 @@ class Metrics:
             output_tokens=self.output_tokens.observer((model,)),
             unpriced=self.unpriced.adder((model,)),
             cost=tuple(self.cost.adder((model, tier, tenant, kind)) for kind in kinds),
+            web_search=self.fees.adder((model, tenant, "web_search")),
+            provider_cost=self.provider_cost.adder((model, tenant)),
+            provider_costed=self.provider_costed.adder((model, tenant)),
             tagged_cost=self.tagged_cost.adder((lb.pick(_str(tag_v), lb.tags), _str(workload_v) or OTHER)),
         )
         if len(self._keys) >= 4096:
@@ -229,13 +253,16 @@ class _Keys:
     overhead: Add
     ttft: Add
     metered: bool
-    tokens: tuple[Add, ...]  # input, cache_read, cache_write, output
+    tokens: tuple[Add, ...]  # BILLING_TYPES: input, cache_read, cache_write, cache_write_1h, output
     reasoning: Add
     estimated: Add
     input_tokens: Add
     output_tokens: Add
     unpriced: Add
     cost: tuple[Add, ...]  # as tokens
+    web_search: Add  # the fee of FEE_TYPES' one kind so far
+    provider_cost: Add
+    provider_costed: Add
     tagged_cost: Add
 
 
@@ -298,8 +325,10 @@ class _Live(Collector):
                                   labels=["model", "tier", "type"])
         for p in self.book.in_force(now):
             if p.upstream is None:
-                for kind in ("input", "cache_read", "cache_write", "output"):
-                    price.add_metric([p.model, p.tier, kind], float(getattr(p, kind)))
+                for kind in BILLING_TYPES:
+                    value = getattr(p, kind)
+                    if value is not None:  # cache_write_1h only where the entry has one
+                        price.add_metric([p.model, p.tier, kind], float(value))
         yield price
         if self.with_pending:
             pending = GaugeMetricFamily("llmmeter_ledger_pending_records",
