@@ -93,8 +93,8 @@ def test_memoised_resolution_follows_every_entry_change_exactly() -> None:
     # memo must give what resolve() gives at every instant around each change.
     t1 = datetime(2026, 11, 3, 14, 7, 31, 250_000, tzinfo=UTC)
     t2 = datetime(2026, 11, 20, 9, 0, 0, 1, tzinfo=UTC)
-    book = PriceBook([price(), price(at=t1, inp="3"), price("highspeed", t2, inp="4"),
-                      price(at=t2, inp="5", upstream="vllm")])
+    entries = [price(), price(at=t1, inp="3"), price("highspeed", t2, inp="4"), price(at=t2, inp="5", upstream="vllm")]
+    book = PriceBook(entries)
     us = timedelta(microseconds=1)
     instants = [T0 - us, T0, t1 - us, t1, t1 + us, t2 - us, t2, t2 + timedelta(days=40)]
     for _ in range(2):  # the second pass reads the memo
@@ -102,6 +102,7 @@ def test_memoised_resolution_follows_every_entry_change_exactly() -> None:
             for tier in ("standard", "highspeed", "no-such-tier"):
                 for upstream in (None, "vllm", "other"):
                     found = book.resolve("m", tier, at, upstream)
+                    assert found == PriceBook(entries).resolve("m", tier, at, upstream)  # a book with no memo yet
                     got = book.resolve_units("m", tier, at, upstream)
                     if found is None:
                         assert got is None
