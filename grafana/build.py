@@ -30,7 +30,9 @@ RATIO, REQ_S, TIMES = "percentunit", "reqps", "suffix:×"
 TM = 'tenant=~"$tenant", model=~"$model"'
 M = 'model=~"$model"'
 U = 'upstream=~"$upstream"'
-INPUT_SIDE = 'type=~"input|cache_read|cache_write"'
+INPUT_SIDE = 'type=~"input|cache_read|cache_write|cache_write_1h"'
+CACHE_TYPES = 'type=~"cache_read|cache_write|cache_write_1h"'
+CACHE_WRITES = 'type=~"cache_write|cache_write_1h"'
 METERED = 'endpoint!~"models|other", outcome!="rejected"'
 HOURLY_PROFILE = f'sum by (hour) (avg_over_time(llmmeter:tokens_per_second_by_utc_hour:rate1m{{{TM}}}[$__range]))'
 MONTH_HOURS = 730  # SPEC's self-hosting month: 730 h
@@ -227,7 +229,8 @@ def nodes_var() -> Json:
 def cost() -> Board:
     b = Board("llmmeter-cost", "llmmeter / Cost",
               "What the API costs: spend today, this month and projected; by model, tier, tenant and tag; "
-              "tokens by type; the cache's hit ratio and savings; the prices in force.")
+              "tokens by type; the cache's hit ratio and savings, and its writes by lifetime; per-call fees; "
+              "the provider's own cost beside llmmeter's; the prices in force.")
     b.row("Spend")
     b.stat("Spend today", "What calls cost since midnight (dashboard time zone), from the cost counters. "
            "Filtered by tenant and model.",
@@ -246,7 +249,7 @@ def cost() -> Board:
     b.stat("Saved by the cache", "What cache reads saved (and cache writes cost extra) against paying the input "
            "price for those tokens, over the dashboard's time range. The report's without_cache what-if minus "
            "the real cost.",
-           [q(f'sum(increase(llmmeter_tokens_total{{{TM}, type=~"cache_read|cache_write"}}[$__range]) '
+           [q(f'sum(increase(llmmeter_tokens_total{{{TM}, {CACHE_TYPES}}}[$__range]) '
               "* on (model, tier, type) group_left () llmmeter:cache_saving_usd_per_million) / 1e6",
               "saved", instant=True)], USD, steps=GREEN)
     b.bargauge("Budget used this month", "Month-to-date spend as a share of each monthly budget set in "
@@ -269,8 +272,9 @@ def cost() -> Board:
     b.bargauge("Spend in range by tenant", "Total over the dashboard's time range.",
                [q(f"sort_desc(sum by (tenant) (increase(llmmeter_cost_usd_total{{{TM}}}[$__range])))",
                   "{{tenant}}", instant=True)], USD, w=8)
-    b.piechart("Spend by billing category", "Input, cache read, cache write and output (reasoning is billed as "
-               "output). Output usually dominates; a large input share is where caching would pay.",
+    b.piechart("Spend by billing category", "Input, cache read, 5-minute and 1-hour cache writes, output "
+               "(reasoning is billed as output). Fees are apart, below. Output usually dominates; a large input "
+               "share is where caching would pay.",
                [q(f"sum by (type) (increase(llmmeter_cost_usd_total{{{TM}}}[$__range]))", "{{type}}",
                   instant=True)], USD, w=8)
     b.bargauge("Spend by tag and workload", "X-LLMMeter-Tag (only tags declared in llmmeter.toml; others are "
@@ -285,8 +289,8 @@ def cost() -> Board:
                     "{{upstream}} {{outcome}}")], REQ_S, stack=True)
 
     b.row("Tokens and cache")
-    b.timeseries("Tokens per second by type", "The four billing categories, stacked. They partition the "
-                 "tokens: nothing is counted twice.",
+    b.timeseries("Tokens per second by type", "The five billing categories (input, cache read, 5-minute and "
+                 "1-hour cache writes, output), stacked. They partition the tokens: nothing is counted twice.",
                  [q(f"sum by (type) (llmmeter:tokens_per_second:rate5m{{{TM}}})", "{{type}}")], TOKENS_S,
                  stack=True)
     b.bargauge("Tokens in range by type", "Totals over the dashboard's time range. Reasoning tokens are a part "
@@ -294,9 +298,9 @@ def cost() -> Board:
                [q(f"sum by (type) (increase(llmmeter_tokens_total{{{TM}}}[$__range]))", "{{type}}", instant=True),
                 q(f"sum(increase(llmmeter_reasoning_tokens_total{{{TM}}}[$__range]))", "reasoning (of output)",
                   instant=True)], TOKENS)
-    b.timeseries("Cache-hit ratio by model and tier", "cache_read ÷ (input + cache_read + cache_write), as in "
-                 "the monthly report. A high ratio makes the API cheaper, and a self-hosted node's prefill "
-                 "lighter.",
+    b.timeseries("Cache-hit ratio by model and tier", "cache_read ÷ the whole input side (input, cache reads, "
+                 "5-minute and 1-hour cache writes), as in the monthly report. A high ratio makes the API "
+                 "cheaper, and a self-hosted node's prefill lighter.",
                  [q(f'sum by (model, tier) (llmmeter:tokens_per_second:rate5m{{{TM}, type="cache_read"}}) '
                     f"/ sum by (model, tier) (llmmeter:tokens_per_second:rate5m{{{TM}, {INPUT_SIDE}}})",
                     "{{model}} {{tier}}")], RATIO, max_=1)
@@ -308,6 +312,39 @@ def cost() -> Board:
                  "writes cost more than they save.",
                  [q(f"sum by (model, tier) (llmmeter:cache_saved_usd_per_hour:rate5m{{{TM}}})", "{{model}} {{tier}}")],
                  USD, w=8)
+
+    b.timeseries("Cache writes by lifetime (USD per hour)", "What cache writes cost, 5-minute and 1-hour apart, "
+                 "by model. A 1-hour write costs more (about 2x input on Anthropic against 1.25x) and pays off only "
+                 "when the prefix is read again after five minutes.",
+                 [q(f"sum by (model, type) (rate(llmmeter_cost_usd_total{{{TM}, {CACHE_WRITES}}}[$__rate_interval]))"
+                    " * 3600", "{{model}} {{type}}")], USD, stack=True)
+    b.bargauge("Cache writes in range by lifetime", "Tokens written to the cache over the dashboard's time "
+               "range: cache_write is the 5-minute lifetime, cache_write_1h the 1-hour one.",
+               [q(f"sum by (type) (increase(llmmeter_tokens_total{{{TM}, {CACHE_WRITES}}}[$__range]))", "{{type}}",
+                  instant=True)], TOKENS)
+
+    b.row("Fees and the provider's own cost")
+    b.stat("Fees in range", "Per-call fees (web search calls at the price table's web_search_per_1k) over the "
+           "dashboard's time range. They are part of every spend figure above.",
+           [q(f"sum(increase(llmmeter_fees_usd_total{{{TM}}}[$__range]))", "fees", instant=True)], USD, w=4, h=8)
+    b.timeseries("Fees by model and kind (USD per hour)", "Per-call fees, stacked: web search calls priced per "
+                 "1,000. Calls to a model whose entry has no fee price cost 0 here and are flagged fee_unpriced.",
+                 [q(f"sum by (model, fee) (rate(llmmeter_fees_usd_total{{{TM}}}[$__rate_interval])) * 3600",
+                    "{{model}} {{fee}}")], USD, w=8, stack=True)
+    b.bargauge("Provider's cost beside llmmeter's, in range", "Where the upstream reports what a call cost "
+               "(OpenRouter usage.cost, xAI cost_in_usd_ticks): its figure, and llmmeter's own cost of the same "
+               "calls. A gap means a price table is out of date, or the provider bills something llmmeter does "
+               "not price; `llmmeter reconcile` explains it call by call.",
+               [q(f"sum by (model) (increase(llmmeter_provider_cost_usd_total{{{TM}}}[$__range]))",
+                  "{{model}} provider", instant=True),
+                q(f"sum by (model) (increase(llmmeter_provider_costed_usd_total{{{TM}}}[$__range]))",
+                  "{{model}} llmmeter", instant=True)], USD, w=8)
+    b.stat("Provider over llmmeter", "The provider's own figure over llmmeter's cost of the same calls, in the "
+           "range, minus one: 0% agrees, +5% means the provider billed 5% more than the price tables say.",
+           [q(f"sum(increase(llmmeter_provider_cost_usd_total{{{TM}}}[$__range])) "
+              f"/ sum(increase(llmmeter_provider_costed_usd_total{{{TM}}}[$__range])) - 1", "difference",
+              instant=True)], RATIO, w=4, h=8,
+           steps=thresholds((None, "green"), (0.01, "orange"), (0.05, "red")), decimals=1)
 
     b.row("Prices")
     b.table("Prices in force (USD per million tokens)", "From llmmeter's price tables, as in force now "
@@ -480,7 +517,7 @@ def selfhosting() -> Board:
            [q(f"max(llmmeter_selfhost_monthly_cost_usd) / ({range_rate})", "multiple", instant=True)], TIMES,
            w=4, h=8, decimals=1)
     b.stat("Break-even tokens per month", "Self-hosting's monthly cost ÷ the API's average cost per token over "
-           "the range (all four billing categories).",
+           "the range (all five billing categories).",
            [q(f"max(llmmeter_selfhost_monthly_cost_usd) / (sum(increase(llmmeter_cost_usd_total{{{TM}}}[$__range])) "
               f"/ sum(increase(llmmeter_tokens_total{{{TM}}}[$__range])))", "tokens/month", instant=True)],
            TOKENS, w=4, h=8)

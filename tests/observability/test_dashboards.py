@@ -83,7 +83,8 @@ def test_cost_dashboard_covers_what_it_promises() -> None:
     text = {d["uid"]: json.dumps([t["expr"] for p in panels(d) for t in p["targets"]]) for d in dashboards()}
     for needle in ("llmmeter:month_to_date_cost_usd", "llmmeter:projected_month_cost_usd", "by (model, tier)",
                    "by (tenant)", "llmmeter_tokens_total", "cache_saving_usd_per_million",
-                   "llmmeter_price_per_million_usd", "llmmeter_tagged_cost_usd_total"):
+                   "llmmeter_price_per_million_usd", "llmmeter_tagged_cost_usd_total", "cache_write_1h",
+                   "llmmeter_fees_usd_total", "llmmeter_provider_cost_usd_total", "llmmeter_provider_costed_usd_total"):
         assert needle in text["llmmeter-cost"], needle
     for needle in ("time_to_first_token", "request_duration", "proxy_overhead", "by (code)",
                    "estimated_usage", "llmmeter_ledger_pending_records", "histogram_quantile(0.99"):
