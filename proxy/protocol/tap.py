@@ -48,7 +48,7 @@ class StreamTap:
     """One streamed response: what it reported, and the bytes the client should get."""
 
     __slots__ = (
-        "_anth_delta", "_anth_start", "_bypass", "_chatty", "_consume", "_drop", "_extract", "_id", "_model",
+        "_anth_delta", "_anth_start", "_bypass", "_chatty", "_consume", "_drop", "_extract", "_geo", "_id", "_model",
         "_raw", "_raw_size", "_reader", "_speed", "_text", "_text_size", "_tier", "_usage",
         "content_started", "done", "endpoint", "error_seen", "faults", "gave_up", "text_truncated",
     )
@@ -70,6 +70,7 @@ class StreamTap:
         self._tier: str | None = None
         self._speed: str | None = None
         self._id: str | None = None
+        self._geo: str | None = None
         self._anth_start: dict[str, Any] | None = None
         self._anth_delta: dict[str, Any] | None = None
         self._raw: list[str | bytes] = []  # data of content events (bytes: whole blocks), not parsed yet
@@ -188,7 +189,7 @@ class StreamTap:
         self._tier = meta(obj.get("service_tier")) or self._tier
         if obj.get("error") is not None or obj.get("object") == "error":
             self.error_seen = True
-        u = openai_usage(obj)
+        u = openai_usage(obj, data)
         if u is not None:
             self._usage = u  # the last report wins; reports are never summed
         choices = obj.get("choices")
@@ -211,7 +212,7 @@ class StreamTap:
             obj = loads(data) if obj is None else obj
             resp = obj.get("response") if isinstance(obj, dict) else None
             if isinstance(resp, dict):
-                seen = responses_observed(resp)
+                seen = responses_observed(resp, data)
                 self._usage = seen.usage or self._usage
                 self._model = seen.model or self._model
                 self._tier = seen.service_tier or self._tier
@@ -250,6 +251,7 @@ class StreamTap:
                 self._id = seen.upstream_request_id or self._id
                 self._tier = seen.service_tier or self._tier
                 self._speed = seen.speed or self._speed
+                self._geo = seen.inference_geo or self._geo
                 u = msg.get("usage")
                 if isinstance(u, dict):
                     self._anth_start = u
@@ -259,10 +261,13 @@ class StreamTap:
             if isinstance(u, dict):
                 # Cumulative counts: a later delta replaces, never adds; a null says nothing.
                 delta = self._anth_delta if self._anth_delta is not None else {}
-                delta.update((k, v) for k, v in u.items() if v is not None)
+                for k, v in u.items():
+                    if v is not None:
+                        delta[k] = _merged_split(delta.get(k), v) if k == "cache_creation" else v
                 self._anth_delta = delta
                 self._tier = meta(u.get("service_tier")) or self._tier
                 self._speed = meta(u.get("speed")) or self._speed
+                self._geo = meta(u.get("inference_geo")) or self._geo
         elif event == "message_stop":
             self.done = True
         elif event == "error":
@@ -274,7 +279,7 @@ class StreamTap:
     def observed(self) -> Observed:
         usage = self._usage if self.endpoint != "messages" else self._anthropic_usage()
         return Observed(usage, self._model, self._tier, self._speed, self._id,
-                        (TAP_EVENT_ERROR,) if self.faults else ())
+                        (TAP_EVENT_ERROR,) if self.faults else (), self._geo)
 
     def _anthropic_usage(self) -> Usage | None:
         if self._anth_start is None and self._anth_delta is None:
@@ -286,7 +291,8 @@ class StreamTap:
             # placeholder (some compatible servers put 0 there); output_tokens is the last delta's.
             if k != "output_tokens" and type(v) is int and type(old) is int and v < old:
                 continue
-            merged[k] = v
+            # A TTL split is kept part by part: a later total without a 1h count keeps the earlier one.
+            merged[k] = _merged_split(old, v) if k == "cache_creation" else v
         u = Usage.from_anthropic(merged)
         if u is not None and (self._anth_delta is None or "output_tokens" not in self._anth_delta):
             u.flags = (*u.flags, OUTPUT_UNREPORTED)  # only message_start's placeholder count
@@ -326,6 +332,13 @@ class StreamTap:
                 return
             self._text.append(piece)
             self._text_size += len(piece)
+
+
+def _merged_split(old: object, new: object) -> object:
+    """Anthropic's cache_creation (writes by TTL): each part from the last event that gives it."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return {**old, **{k: v for k, v in new.items() if v is not None}}
+    return new
 
 
 def _quiet_prefix(chunk: bytes) -> int:

@@ -28,6 +28,7 @@ from proxy.metering.estimate.compact import (
 )
 from proxy.metering.estimate.estimator import SUPPORTED_ENCODINGS, VOCABULARIES, Estimator
 from proxy.metering.estimate.steps import run
+from tests.shared_data import LLAMA_CPP
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -101,7 +102,9 @@ def test_windows_find_the_pieces_of_the_whole_text(name: str) -> None:
 
 
 def corpus() -> Iterator[str]:
-    for path in sorted([*ROOT.glob("*.md"), *ROOT.glob("proxy/**/*.py"), *ROOT.glob("tests/fixtures/**/*")]):
+    # The real wire captures beside the checkout count too, when they are there (text the server wrote).
+    captures = sorted(LLAMA_CPP.glob("**/*")) if LLAMA_CPP.exists() else []
+    for path in sorted([*ROOT.glob("*.md"), *ROOT.glob("proxy/**/*.py")]) + captures:
         if path.is_file():
             yield path.read_text(errors="replace")
 

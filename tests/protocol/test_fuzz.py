@@ -65,6 +65,7 @@ responses_usage = _maybe(
 anthropic_usage = _maybe(
     input_tokens=value, output_tokens=value, cache_read_input_tokens=value, cache_creation_input_tokens=value,
     cache_creation=st.one_of(value, _maybe(ephemeral_5m_input_tokens=value, ephemeral_1h_input_tokens=value)),
+    output_tokens_details=st.one_of(value, _maybe(thinking_tokens=value)),
     service_tier=st.one_of(st.none(), st.text(max_size=8)),
 )
 
@@ -82,20 +83,26 @@ def _read_fields(dialect: str, u: dict[str, Any]) -> list[object]:
                u.get("prompt_cache_hit_tokens"), u.get("prompt_cache_miss_tokens")]
         if not _valid(_in(details, "cached_tokens")):
             out.append(u.get("cached_tokens"))  # Moonshot's top-level form is read only then
-        return out
+        return _and_total(out, u)
     if dialect == "responses":
         details = u.get("input_tokens_details")
-        return [u.get("input_tokens"), u.get("output_tokens"), _in(details, "cached_tokens"),
-                _in(details, "cache_write_tokens"), _in(u.get("output_tokens_details"), "reasoning_tokens")]
+        return _and_total([u.get("input_tokens"), u.get("output_tokens"), _in(details, "cached_tokens"),
+                           _in(details, "cache_write_tokens"), _in(u.get("output_tokens_details"), "reasoning_tokens")],
+                          u)
     out = [u.get(k) for k in ("input_tokens", "output_tokens", "cache_read_input_tokens",
                               "cache_creation_input_tokens")]
-    if u.get("cache_creation_input_tokens") is None or not _valid(u.get("cache_creation_input_tokens")):
-        nested = u.get("cache_creation")
-        parts = [_in(nested, "ephemeral_5m_input_tokens"), _in(nested, "ephemeral_1h_input_tokens")]
-        out += parts
-        if any(_valid(v) for v in parts):  # their sum is the count: it must be one too
-            out.append(sum(v for v in parts if _valid(v)))  # type: ignore[misc]
+    out.append(_in(u.get("output_tokens_details"), "thinking_tokens"))
+    nested = u.get("cache_creation")
+    parts = [_in(nested, "ephemeral_5m_input_tokens"), _in(nested, "ephemeral_1h_input_tokens")]
+    out += parts  # the 1h part is read whatever the total: it is a category of its own
+    if not _valid(u.get("cache_creation_input_tokens")) and any(_valid(v) for v in parts):
+        out.append(sum(v for v in parts if _valid(v)))  # type: ignore[misc]  # the sum is the total: a count too
     return out
+
+
+def _and_total(out: list[object], u: dict[str, Any]) -> list[object]:
+    """total_tokens is read only beside a count: alone it is no report."""
+    return [*out, u.get("total_tokens")] if any(_valid(v) for v in out) else out
 
 
 def check(u: Usage | None, raw: list[object]) -> None:

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.protocol.sse import Block, SSEReader
+from tests.shared_data import LLAMA_CPP, shared_fixture
 
 Event = tuple[str, str | None, str | None]  # (event, data, id)
-FIXTURES = Path(__file__).parents[1] / "fixtures" / "llama-cpp-0.3.36"
 
 
 def reference(stream: bytes) -> tuple[list[Event], Event | None]:
@@ -176,7 +175,7 @@ def test_long_line_in_small_chunks_is_not_rescanned() -> None:
 
 
 def test_real_llama_cpp_capture() -> None:
-    stream = (FIXTURES / "stream.sse").read_bytes()
+    stream = shared_fixture(LLAMA_CPP / "stream.sse").read_bytes()
     events, tail, raw = read([stream[i:i + 7] for i in range(0, len(stream), 7)])
     assert raw == stream and tail is None and (events, tail) == reference(stream)
     assert events[-1] == ("", "[DONE]", None) and len(events) == 14

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,8 +14,7 @@ import proxy.protocol.tap
 import proxy.protocol.usage
 from proxy.protocol.tap import OUTPUT_UNREPORTED, StreamTap
 from proxy.protocol.usage import Usage
-
-FIXTURES = Path(__file__).parents[1] / "fixtures" / "llama-cpp-0.3.36"
+from tests.shared_data import LLAMA_CPP, shared_fixture
 
 
 def sse(*events: Any, named: bool = False, eol: str = "\n") -> list[bytes]:
@@ -317,17 +315,17 @@ def test_garbage_never_breaks_the_stream() -> None:
 
 
 def test_real_llama_cpp_stream() -> None:
-    data = (FIXTURES / "stream.sse").read_bytes()
+    data = shared_fixture(LLAMA_CPP / "stream.sse").read_bytes()
     tap, out = run([data])
     assert out == data and tap.done and tap.content_started and tap.observed().usage is None
     assert tap.completion_text() == "Hello, welcome to my little corner of the world."
     assert tap.observed().model == "smollm2"
 
 
-STREAMS = {
+STREAMS: dict[str, tuple[list[bytes] | None, str, bool]] = {
     "chat-drop": (CHAT, "chat", True),
     "chat-keep": (CHAT, "chat", False),
-    "llama": ([(FIXTURES / "stream.sse").read_bytes()], "chat", True),
+    "llama": (None, "chat", True),  # the real capture, read (or skipped loudly) when drawn
     "responses": (sse({"type": "response.created", "response": {"id": "r", "model": "m"}},
                       {"type": "response.output_text.delta", "delta": "x"},
                       {"type": "response.completed", "response": {"usage": {"input_tokens": 3, "output_tokens": 1}}},
@@ -346,7 +344,8 @@ def summary(tap: StreamTap, out: bytes) -> tuple[Any, ...]:
 @given(name=st.sampled_from(sorted(STREAMS)), cuts=st.lists(st.integers(0, 4000), max_size=40),
        bytewise=st.booleans())
 def test_any_chunking_gives_the_same_bytes_and_usage(name: str, cuts: list[int], bytewise: bool) -> None:
-    events, endpoint, drop = STREAMS[name]
+    stream, endpoint, drop = STREAMS[name]
+    events = stream if stream is not None else [shared_fixture(LLAMA_CPP / "stream.sse").read_bytes()]
     if bytewise:
         cuts = list(range(len(b"".join(events))))
     whole = summary(*run(events, endpoint, drop))

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from proxy.protocol.tap import StreamTap
 from proxy.protocol.usage import INVALID_FIELD, NEGATIVE_CLAMPED, PARTIAL_USAGE, Usage, parse_body
-
-FIXTURES = Path(__file__).parents[1] / "fixtures" / "llama-cpp-0.3.36"
+from tests.shared_data import LLAMA_CPP, shared_fixture
 
 Six = tuple[int, int, int, int, int | None, tuple[str, ...]]
 
@@ -60,7 +58,7 @@ def test_legacy_completions() -> None:
 
 
 def test_llama_cpp_real_nonstream_capture() -> None:
-    observed, text = parse_body("chat", (FIXTURES / "nonstream.json").read_bytes())
+    observed, text = parse_body("chat", shared_fixture(LLAMA_CPP / "nonstream.json").read_bytes())
     assert six(observed.usage) == (36, 0, 0, 11, None, ())
     assert observed.model == "smollm2" and text == "Hello, welcome to my little corner of the world!"
     assert observed.upstream_request_id == "chatcmpl-407f7aea-0370-401c-abf3-639a3b2988e7"
@@ -69,7 +67,7 @@ def test_llama_cpp_real_nonstream_capture() -> None:
 def test_llama_cpp_real_stream_capture_reports_no_usage() -> None:
     # llama.cpp ignores stream_options.include_usage: nothing to read, the meter must estimate.
     tap = StreamTap("chat", True)
-    data = (FIXTURES / "stream.sse").read_bytes()
+    data = shared_fixture(LLAMA_CPP / "stream.sse").read_bytes()
     assert tap.feed(data) + tap.finish() == data
     assert tap.done and tap.observed().usage is None and tap.observed().model == "smollm2"
     assert tap.completion_text() == "Hello, welcome to my little corner of the world."
@@ -98,9 +96,11 @@ def test_anthropic_messages() -> None:
 
 
 def test_anthropic_cache_write_split_by_ttl() -> None:
+    # Only the parts: their sum is the total, the 1-hour part a category of its own.
     u = Usage.from_anthropic({"input_tokens": 5, "output_tokens": 1,
                               "cache_creation": {"ephemeral_5m_input_tokens": 30, "ephemeral_1h_input_tokens": 70}})
-    assert six(u) == (5, 0, 100, 1, None, ())
+    assert u is not None and six(u) == (5, 0, 30, 1, None, ()) and u.cache_write_1h_tokens == 70
+    assert u.cache_ttl_reported and u.input_side_tokens == 105
 
 
 def test_anthropic_tool_input_too_deep_to_write_keeps_the_usage() -> None:
