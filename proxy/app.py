@@ -64,7 +64,8 @@ class LLMMeter:
                                    on_waiting=lambda name, delta: waiting.labels(name).inc(delta))
         self.estimator = Estimator(s.estimate.encoding, s.estimate.per_model, engine=s.estimate.engine)
         self.group = GroupCommit(parts.ledger.append_many)
-        meter = Meter(parts.book, self.estimator, s.workloads, self.group, parts.metrics)
+        meter = Meter(parts.book, self.estimator, s.workloads, self.group, parts.metrics,
+                      frozenset(u.name for u in s.upstreams if u.hidden_output == "from_total"))
         self.relay = Relay(s, Router(s.upstreams), self.upstreams, meter, parts.metrics)
         self.admin = _admin_app(parts)
         # What the serving protocol (proxy/server/protocol.py) takes from the app it serves.

@@ -18,13 +18,13 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from pricing import Cost, PriceBook, Resolution
-from pricing.calculator import cost_at
+from pricing.calculator import Priced, Tokens, price_parts, price_tokens
 from proxy.ledger.record import Record
 from proxy.metering.estimate.estimator import Estimator
 from proxy.metrics.metrics import Metrics
-from proxy.protocol.names import METERED
+from proxy.protocol.names import BATCH, METERED
 from proxy.protocol.tap import OUTPUT_UNREPORTED
-from proxy.protocol.usage import Observed, Usage
+from proxy.protocol.usage import Observed, Usage, settle
 from proxy.settings import Workloads
 
 log = logging.getLogger("llmmeter.meter")
@@ -59,7 +59,6 @@ class Exchange:
     stream: bool = False
     upstream: str = ""
     self_hosted: bool = False
-    hidden_output: bool = False  # the upstream bills total_tokens beyond the categories as output
     model_requested: str | None = None
     tier_requested: str | None = None
     end_user: str | None = None
@@ -84,9 +83,10 @@ def bounded(value: object) -> str | None:
 
 class Meter:
     def __init__(self, book: PriceBook, estimator: Estimator, workloads: Workloads,
-                 journal: Journal, metrics: Metrics) -> None:
+                 journal: Journal, metrics: Metrics, from_total: frozenset[str] = frozenset()) -> None:
         self.book, self.estimator, self.workloads = book, estimator, workloads
         self.journal, self.metrics = journal, metrics
+        self.from_total = from_total  # upstreams whose hidden_output is "from_total"
         self.pricing_failures = 0
 
     def needs_estimate(self, ex: Exchange, observed: Observed) -> bool:
@@ -125,6 +125,9 @@ class Meter:
                      output_tokens=output, reasoning_tokens=None, flags=tally.flags)
 
     def record(self, ex: Exchange, observed: Observed, usage: Usage | None, source: str) -> Record:
+        if usage is not None and source == "upstream":
+            # The request's cache TTL and the upstream's way with total_tokens (SPEC "Usage extraction").
+            usage = settle(usage, ex.request, ex.upstream in self.from_total)
         flags: list[str] = list(usage.flags) if usage else []
         flags += [f for f in observed.faults if f not in flags]
         if usage is None and ex.endpoint in METERED:
@@ -142,14 +145,49 @@ class Meter:
             duration_ms=round((time.perf_counter() - ex.t0) * 1000),
             ttft_ms=None if ex.ttft_s is None else round(ex.ttft_s * 1000),
             tag=ex.tag, upstream_request_id=bounded(ex.upstream_request_id or observed.upstream_request_id),
+            cache_write_1h_tokens=u.cache_write_1h_tokens, web_search_calls=u.web_search_calls,
+            provider_cost_units=u.provider_cost_units,
         )
         priced: Cost | None = None
         if ex.endpoint in METERED:
             rec.workload = self.workloads.classify(rec.input_side_tokens)
             if canonical is not None and tier is not None:
-                priced = self._price(rec, canonical, tier, ex, u)
+                priced = self._price(rec, canonical, tier, ex, u, observed.inference_geo)
         self.journal.append(rec)
         self.metrics.observe(rec, priced, ex.overhead_s)
+        return rec
+
+    def record_batch(self, ex: Exchange, observed: Observed, flags: tuple[str, ...] = (),
+                     observe: bool = True) -> Record:
+        """One result of a batch download (SPEC "Batch jobs"): endpoint and tier `batch`, whatever
+        tier the line names, priced at the entry in force at `ex.start`; never estimated, never
+        gated. `observe` False: this process counted the result in /metrics already (a second
+        download, which the ledger's primary key makes a no-op)."""
+        usage = observed.usage
+        # No request to read a cache TTL from (the batch's input file is not seen); total_tokens as ever.
+        u = Usage(0, 0, 0, 0, None) if usage is None else settle(usage, None, ex.upstream in self.from_total)
+        rec_flags = [*u.flags, *(f for f in observed.faults if f not in u.flags), *flags]
+        try:
+            model = self.book.canonical_model(observed.model, ex.model_requested)
+        except Exception:
+            model = None
+            self._pricing_failed(ex, rec_flags)
+        rec = Record(
+            id=ex.id, start=ex.start, tenant=ex.tenant, endpoint=BATCH, stream=False, code=ex.code,
+            outcome=ex.outcome, upstream=ex.upstream, end_user=ex.end_user, model_requested=ex.model_requested,
+            response_model=bounded(observed.model), model=model, tier=BATCH,
+            input_tokens=u.input_tokens, cache_read_tokens=u.cache_read_tokens,
+            cache_write_tokens=u.cache_write_tokens, output_tokens=u.output_tokens,
+            reasoning_tokens=u.reasoning_tokens, usage_source="upstream", flags=rec_flags, duration_ms=0,
+            tag=ex.tag, upstream_request_id=bounded(ex.upstream_request_id),
+            cache_write_1h_tokens=u.cache_write_1h_tokens, web_search_calls=u.web_search_calls,
+            provider_cost_units=u.provider_cost_units,
+        )
+        rec.workload = self.workloads.classify(rec.input_side_tokens)
+        priced = self._price(rec, model, BATCH, ex, u, observed.inference_geo) if model is not None else None
+        self.journal.append(rec)
+        if observe:
+            self.metrics.observe(rec, priced, 0.0)
         return rec
 
     def _model_and_tier(self, ex: Exchange, observed: Observed, flags: list[str]) -> tuple[str | None, str | None]:
@@ -159,31 +197,41 @@ class Meter:
             if ex.endpoint not in METERED:
                 return canonical, None
             return canonical, self.book.resolve_tier(observed.model or ex.model_requested,
-                                                     (observed.speed, observed.service_tier, ex.tier_requested))
+                                                     (observed.speed, observed.service_tier, ex.tier_requested),
+                                                     model=canonical, at=ex.start)
         except Exception:  # the client's response is on its way: it must not pay for a pricing bug
             self._pricing_failed(ex, flags)
             return None, None
 
-    def _price(self, rec: Record, model: str, tier: str, ex: Exchange, u: Usage) -> Cost | None:
-        """Step 3 and the cost; a failure (a price or count the calculator refuses) records the
-        request unpriced, flagged PRICING_FAILED, and never reaches the relay."""
+    def _price(self, rec: Record, model: str, tier: str, ex: Exchange, u: Usage,
+               geo: str | None = None) -> Cost | None:
+        """Step 3 and the cost (SPEC "Price tables, version 2": one band per request, or per
+        iteration of a compacted Anthropic request; fees inside the cost); a failure (a price or
+        count the calculator refuses) records the request unpriced, flagged PRICING_FAILED, and
+        never reaches the relay."""
         try:
-            resolved = self.book.resolve_units(model, tier, ex.start, upstream=ex.upstream or None)
-            if resolved is None:
+            found = self.book.resolve(model, tier, ex.start, upstream=ex.upstream or None, geo=geo)
+            if found is None:
                 return None
-            found, units = resolved
-            priced = cost_at(units, u.input_tokens, u.cache_read_tokens, u.cache_write_tokens, u.output_tokens)
+            priced: Priced
+            if u.iterations:
+                priced = price_parts(found.price, (_tokens(part) for part in u.iterations))
+            else:
+                priced = price_tokens(found.price, _tokens(u))
         except Exception:
             self._pricing_failed(ex, rec.flags)
             return None
         self._priced(rec, found)
-        rec.cost_units = priced.total
-        return priced
+        rec.flags += [f for f in priced.flags if f not in rec.flags]
+        rec.cost_units, rec.fee_units, rec.price_band = priced.cost.total, priced.cost.fees, priced.band
+        return priced.cost
 
     @staticmethod
     def _priced(rec: Record, found: Resolution) -> None:
         if found.tier_fallback:
             rec.flags.append("tier_fallback")
+        if found.geo_unpriced:
+            rec.flags.append("geo_unpriced")
         p = found.price
         rec.price_model, rec.price_tier, rec.price_effective_from = p.model, p.tier, p.effective_from
 
@@ -194,3 +242,8 @@ class Meter:
         if self.pricing_failures % _PRICING_LOG_EVERY == 1:
             log.exception("request %s could not be priced (%d so far); recorded unpriced, flagged %s",
                           ex.id, self.pricing_failures, PRICING_FAILED)
+
+
+def _tokens(u: Usage) -> Tokens:
+    return Tokens(u.input_tokens, u.cache_read_tokens, u.cache_write_tokens, u.output_tokens,
+                  u.cache_write_1h_tokens, u.web_search_calls)
