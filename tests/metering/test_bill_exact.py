@@ -78,7 +78,7 @@ def usd(units: int | None) -> Decimal:
 
 def test_xai_reasoning_outside_completion_tokens_is_billed_as_output_on_a_from_total_upstream() -> None:
     # grok-3-mini: prompt 291 (244 cached), completion 26, total 506 = 291 + 26 + 189 reasoning.
-    m, registry = meter(entry("grok-3-mini", input=D("0.3"), output=D("0.5"), cache_read=D("0.075"),
+    m, _ = meter(entry("grok-3-mini", input=D("0.3"), output=D("0.5"), cache_read=D("0.075"),
                               cache_write=D("0.3")), from_total=frozenset({"xai"}))
     observed = body("xai-chat-tool-reasoning.json")
     rec = m.record(exchange("chat", "xai"), observed, observed.usage, "upstream")
@@ -130,8 +130,8 @@ def test_web_searches_are_a_fee_inside_the_cost_and_counted_apart() -> None:
     tokens = (22_397 * D(3) + 637 * D(15)) / 10**6  # 0.067191 + 0.009555
     assert usd(rec.fee_units) == D("0.02")
     assert usd(rec.cost_units) == tokens + D("0.02") == D("0.096746")
-    assert registry.get_sample_value("llmmeter_fees_usd_total",
-                                     {"model": "claude-sonnet-4-20250514", "tenant": "default", "fee": "web_search"}) == 0.02
+    labels = {"model": "claude-sonnet-4-20250514", "tenant": "default", "fee": "web_search"}
+    assert registry.get_sample_value("llmmeter_fees_usd_total", labels) == 0.02
 
 
 def test_calls_without_a_fee_price_are_flagged_not_silently_free() -> None:
