@@ -10,7 +10,10 @@ asked for `stream_options.include_usage`.
 Request headers steer it (all optional; flags count unless "0"/"false"):
   x-fake-usage       JSON {"prompt", "cached", "cache_write", "completion", "reasoning"};
                      "prompt" is the whole prompt, cached and cache-write tokens included,
-                     in every dialect (so Anthropic input_tokens = prompt - cached - cache_write)
+                     in every dialect (so Anthropic input_tokens = prompt - cached - cache_write);
+                     also "cache_write_1h" and "web_search" (Anthropic: cache_creation's 1-hour
+                     writes, server_tool_use.web_search_requests) and "cost" (usage.cost, as
+                     OpenRouter reports it, in the OpenAI dialects)
   x-fake-chunks      content deltas in a stream (default 4)
   x-fake-delay-ms    pause between stream events, and before a plain reply
   x-fake-status      reply with this HTTP status and the dialect's error body
@@ -211,6 +214,9 @@ class _Exchange:
         self.cache_write: int | None = given.get("cache_write")
         self.completion: int = given.get("completion", len(self.pieces))
         self.reasoning: int | None = given.get("reasoning")
+        self.cache_write_1h: int = given.get("cache_write_1h", 0)
+        self.web_search: int = given.get("web_search", 0)
+        self.cost: str | None = given.get("cost")
         self.no_usage = _flag(headers, "x-fake-no-usage")
         self.hold = _flag(headers, "x-fake-hold")
         self.service_tier = headers.get("x-fake-service-tier")
@@ -308,6 +314,8 @@ class _Exchange:
     def openai_usage(self) -> dict[str, Any]:
         usage: dict[str, Any] = {"prompt_tokens": self.prompt, "completion_tokens": self.completion,
                                  "total_tokens": self.prompt + self.completion}
+        if self.cost is not None:
+            usage["cost"] = float(self.cost)
         cached = self.cached or 0
         if self.model.startswith("gpt-"):
             details = {"cached_tokens": cached, "audio_tokens": 0}
@@ -479,10 +487,14 @@ class _Exchange:
         await self.sse(events)
 
     def anthropic_usage(self, output: int) -> dict[str, Any]:
-        cached, written = self.cached or 0, self.cache_write or 0
-        usage: dict[str, Any] = {"input_tokens": max(0, self.prompt - cached - written),
-                                 "cache_creation_input_tokens": written, "cache_read_input_tokens": cached,
+        cached, written, hour = self.cached or 0, self.cache_write or 0, self.cache_write_1h
+        usage: dict[str, Any] = {"input_tokens": max(0, self.prompt - cached - written - hour),
+                                 "cache_creation_input_tokens": written + hour, "cache_read_input_tokens": cached,
                                  "output_tokens": output, "service_tier": self.service_tier or "standard"}
+        if hour:
+            usage["cache_creation"] = {"ephemeral_5m_input_tokens": written, "ephemeral_1h_input_tokens": hour}
+        if self.web_search:
+            usage["server_tool_use"] = {"web_search_requests": self.web_search}
         if "x-fake-speed" in self.h:
             usage["speed"] = self.h["x-fake-speed"]
         return usage

@@ -74,10 +74,10 @@ monthly_usd = "5000"
 {tenants}"""
 
 
-CALLS_PER_TENANT = 14  # what one drive() sends
+CALLS_PER_TENANT = 16  # what one drive() sends
 
 
-def usage(**u: int) -> dict[str, str]:
+def usage(**u: object) -> dict[str, str]:
     return {"x-fake-usage": json.dumps(u)}
 
 
@@ -106,6 +106,13 @@ def drive(proxy: Served, tenant: str, key: str) -> None:
                                                  reasoning=300)))
     oa.chat.completions.create(model="llama-test", messages=MSGS, extra_headers=usage(prompt=900, completion=120))
     oa.embeddings.create(model="text-embedding-test", input=["one", "two"])
+    # Version-2 billing: 1-hour cache writes and web search calls (the shipped Claude Sonnet 4.5 entry
+    # prices both), and a cost the upstream reported itself (OpenRouter's usage.cost).
+    an.messages.create(model="claude-sonnet-4-5", max_tokens=100, messages=MSGS,
+                       extra_headers=usage(prompt=3000, cached=1000, cache_write=500, cache_write_1h=700,
+                                           completion=80, web_search=2))
+    oa.chat.completions.create(model="kimi-k3.1-pro", messages=MSGS,
+                               extra_headers=usage(prompt=1000, completion=50, cost="0.0021"))
     oa.models.list()
     # What goes wrong: upstream 500 and 429, a broken stream, no usage, an unpriced model.
     for status, error in (("500", openai.InternalServerError), ("429", openai.RateLimitError)):
