@@ -10,7 +10,7 @@ from pricing.calculator import (
     format_usd,
     price_parts,
     price_tokens,
-    unit_price,
+    token_rate,
     usd,
 )
 from pricing.loader import PriceTableError, check_dir, default_tables_dir, load_dir
@@ -19,5 +19,5 @@ from pricing.model import BILLING_TYPES, BUILTIN_TIER_ALIASES, FEE_TYPES, TOKEN_
 __all__ = [
     "BILLING_TYPES", "BUILTIN_TIER_ALIASES", "FEE_TYPES", "TOKEN_TYPES", "UNITS_PER_USD", "Band", "Cost", "Price",
     "PriceBook", "PriceTableError", "Priced", "Resolution", "Tokens", "check_dir", "cost", "default_tables_dir",
-    "format_usd", "load_dir", "price_parts", "price_tokens", "unit_price", "usd",
+    "format_usd", "load_dir", "price_parts", "price_tokens", "token_rate", "usd",
 ]

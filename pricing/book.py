@@ -7,7 +7,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from pricing.calculator import Units, unit_prices
 from pricing.model import BUILTIN_TIER_ALIASES, Price
 
 STANDARD = "standard"
@@ -45,7 +44,6 @@ class PriceBook:
         self._name_tier = {n: next(iter(t)) for n, t in named_tiers.items() if len(t) == 1}
         self.models: frozenset[str] = frozenset(p.model for p in self.prices)
         self._instants = [p.effective_from for p in self.prices]  # sorted
-        self._memo: dict[tuple[str, str, str | None, int], tuple[Resolution, Units] | None] = {}
         self._resolved: dict[tuple[str, str, str | None, str | None, int], Resolution | None] = {}
 
     def tiers(self, model: str) -> frozenset[str]:
@@ -111,20 +109,6 @@ class PriceBook:
                 return Resolution(price, tier_fallback=fallback,
                                   geo_unpriced=bool(geo) and geo not in UNPREMIUMED_GEOS)
         return None
-
-    def resolve_units(self, model: str, tier: str, at: datetime,
-                      upstream: str | None = None) -> tuple[Resolution, Units] | None:
-        """resolve() (no geo), with the entry's base unit prices (version-1 arithmetic: no band,
-        no 1-hour writes, no fees; calculator.price_tokens has them), memoised like resolve()."""
-        key = (model, tier, upstream, bisect_right(self._instants, at))
-        if key in self._memo:
-            return self._memo[key]
-        found = self.resolve(model, tier, at, upstream)
-        value = None if found is None else (found, unit_prices(found.price))
-        if len(self._memo) >= 4096:  # tiers come from clients: bound the memo
-            self._memo.clear()
-        self._memo[key] = value
-        return value
 
     def in_force(self, at: datetime) -> list[Price]:
         """For each (model, tier, upstream, inference_geo), the entry that applies at `at`."""

@@ -19,7 +19,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from pricing.calculator import MAX_FEE_PER_1K, MAX_PRICE_PER_MILLION, MAX_TOKENS
+from pricing.calculator import MAX_DECIMALS, MAX_FEE_PER_1K, MAX_PRICE_PER_MILLION, MAX_TOKENS
 from pricing.model import TOKEN_TYPES, Band, Price
 from pricing.toml_lines import key_line
 from proxy.errors import LLMMeterError
@@ -31,7 +31,6 @@ BAND_PRICES = ("input", "output", "cache_read", "cache_write", "cache_write_1h")
 BAND_KEYS = ("above_input_tokens", *BAND_PRICES)
 # A band's threshold is on the input side, at most four categories of MAX_TOKENS each.
 MAX_BAND_THRESHOLD = 4 * MAX_TOKENS
-MAX_DECIMALS = 4
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 _HEADER = re.compile(r"^\s*\[\[\s*price\s*\]\]")
 _BAND_HEADER = re.compile(r"^\s*\[\[?\s*price\s*\.\s*band\s*\]\]?")  # [price.band] too, to point at it

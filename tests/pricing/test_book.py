@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 
 from pricing import Cost, Price, PriceBook, Resolution, cost, default_tables_dir, format_usd, load_dir
-from pricing.calculator import cost_at
+from pricing.calculator import cost_at, unit_prices
 
 T0 = datetime(2026, 10, 23, tzinfo=UTC)
 NOV = datetime(2026, 11, 15, tzinfo=UTC)
@@ -103,14 +103,11 @@ def test_memoised_resolution_follows_every_entry_change_exactly() -> None:
                 for upstream in (None, "vllm", "other"):
                     found = book.resolve("m", tier, at, upstream)
                     assert found == PriceBook(entries).resolve("m", tier, at, upstream)  # a book with no memo yet
-                    got = book.resolve_units("m", tier, at, upstream)
                     if found is None:
-                        assert got is None
                         continue
-                    assert got is not None and got[0] == found
-                    assert cost_at(got[1], 5, 7, 11, 13) == cost(found.price, 5, 7, 11, 13)
-    fallback = book.resolve_units("m", "highspeed", t2 - us)
-    assert fallback is not None and fallback[0].tier_fallback and fallback[0].price.input == Decimal("3")
-    assert fallback[1] == (30000, 2000, 20000, 100000)
-    assert book.resolve_units("m", "highspeed", t2, "vllm") == (Resolution(price("highspeed", t2, inp="4"), False),
-                                                                (40000, 2000, 20000, 100000))
+                    assert cost_at(unit_prices(found.price), 5, 7, 11, 13) == cost(found.price, 5, 7, 11, 13)
+    fallback = book.resolve("m", "highspeed", t2 - us)
+    assert fallback is not None and fallback.tier_fallback and fallback.price.input == Decimal("3")
+    # Micro-units (10^-16 USD) per token: $3 per million is 3 × 10^10.
+    assert unit_prices(fallback.price) == (3 * 10**10, 2 * 10**9, 2 * 10**10, 10**11)
+    assert book.resolve("m", "highspeed", t2, "vllm") == Resolution(price("highspeed", t2, inp="4"), False)

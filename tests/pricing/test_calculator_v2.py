@@ -89,7 +89,8 @@ def test_many_bands_pick_the_highest_one_passed() -> None:
     picked = [(n, price_tokens(p, Tokens(n, 0, 0, 0)).band) for n in (0, 1_000, 1_001, 10_000, 10_001, 10**9)]
     assert picked == [(0, 0), (1_000, 0), (1_001, 1_000), (10_000, 1_000), (10_001, 10_000), (10**9, 100_000)]
     assert price_tokens(p, Tokens(10_001, 0, 0, 0)).cost.input == 10_001 * 50_000
-    assert rates_for(p, 100_001).input == 60_000 and rates_for(p, 5).input == 30_000
+    # Rates are micro-units (10^-16 USD) per token: $6 per million is 6 × 10^10.
+    assert rates_for(p, 100_001).input == 6 * 10**10 and rates_for(p, 5).input == 3 * 10**10
 
 
 # --- 1-hour cache writes. ---
@@ -284,3 +285,12 @@ def test_entries_priced_in_turn_keep_their_own_prices() -> None:
             assert price_tokens(p, Tokens(1, 0, 0, 0)).cost.input == n * 10**4
     for n in range(1, 2000):  # built and dropped: ids get reused
         assert price_tokens(sonnet(input=D(n)), Tokens(1, 0, 0, 0)).cost.input == n * 10**4
+
+
+def test_rates_price_summed_counts_exactly_and_round_once() -> None:
+    # What a report's what-ifs do with an hourly row's sums: counts × micro-unit rates, one rounding.
+    base = rates_for(sonnet(), 1)
+    assert base.units(1_000, 0, 0, 0, 500, 3) == price_tokens(sonnet(), Tokens(1_000, 0, 0, 500, 0, 3)).cost.total
+    fine = rates_for(sonnet(input=D("0.0000000001"), bands=()), 1)
+    assert fine.input == 1 and fine.fee == 10**14  # $10 per 1,000 calls: 10^-2 USD, 10^14 micro-units a call
+    assert (fine.units(input=500_000), fine.units(input=1_500_000), fine.units(input=1_500_001)) == (0, 2, 2)

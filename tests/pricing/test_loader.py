@@ -53,7 +53,7 @@ def test_good_table_loads(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("change", "line", "words"), [
     (('input = "2.00"', 'input = 2.00'), 6, "must be a decimal string"),
-    (('input = "2.00"', 'input = "2.00001"'), 6, "more than 4 decimal places"),
+    (('input = "2.00"', 'input = "2.00000000001"'), 6, "more than 10 decimal places"),
     (('input = "2.00"', 'input = "-1"'), 6, "negative"),
     (('input = "2.00"', 'input = "two"'), 6, "not a decimal number"),
     (('input = "2.00"', 'input = "NaN"'), 6, "not a finite number"),
@@ -150,7 +150,7 @@ def test_version_1_entries_have_no_version_2_prices(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("change", "line", "words"), [
     (('cache_write_1h = "4.00"', 'cache_write_1h = 4.0'), 11, "cache_write_1h must be a decimal string"),
     (('cache_write_1h = "4.00"', 'cache_write_1h = "-4"'), 11, "cache_write_1h '-4' is negative"),
-    (('web_search_per_1k = "10.00"', 'web_search_per_1k = "10.00001"'), 12, "more than 4 decimal places"),
+    (('web_search_per_1k = "10.00"', 'web_search_per_1k = "10.00000000001"'), 12, "more than 10 decimal places"),
     (('web_search_per_1k = "10.00"', 'web_search_per_1k = "1000001"'), 12,
      "above the ceiling of 1,000,000 USD per 1,000 calls"),
     (('inference_geo = "us"', 'inference_geo = "US East"'), 13, "inference_geo 'US East' must be lower-case"),
@@ -169,7 +169,7 @@ def test_version_1_entries_have_no_version_2_prices(tmp_path: Path) -> None:
      "unknown key 'web_search_per_1k' in [[price.band]]"),
     (('output = "15.00"', 'output = "15.00"\ncolour = "red"'), 19, "unknown key 'colour' in [[price.band]]"),
     (('output = "15.00"', 'output = 15.0'), 18, "output must be a decimal string"),
-    (('input = "4.00"\noutput = "15.00"', 'input = "4.000001"'), 17, "input '4.000001' has more than 4"),
+    (('input = "4.00"\noutput = "15.00"', 'input = "4.00000000001"'), 17, "input '4.00000000001' has more than 10"),
     (('cache_write_1h = "8.00"', 'cache_write_1h = "1000000.5"'), 22, "above the ceiling"),
     (('cache_write_1h = "8.00"\n', ''), 20, "above 1000000 gives no price"),
     (('[[price.band]]\nabove_input_tokens = 200000', '[price.band]\nabove_input_tokens = 200000'), 15,
