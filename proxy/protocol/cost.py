@@ -116,7 +116,7 @@ def _units(v: object, scale: int) -> tuple[int, bool] | None:
         whole = scaled.to_integral_value(ROUND_HALF_EVEN, _EXACT)
     except DecimalException:  # more significant digits than any amount has
         return None
-    if whole > MAX_PROVIDER_COST_UNITS:
+    if scaled > MAX_PROVIDER_COST_UNITS:  # above it, even by less than a unit: not an amount kept
         return None
     return int(whole), whole != scaled
 
