@@ -28,14 +28,17 @@ from proxy.times import check_year, parse_when, rfc3339
 if TYPE_CHECKING:
     from _csv import Writer as CsvWriter
 
-__all__ = ["EXPORT_COLUMNS", "Output", "check_output", "check_year", "csv_writer", "export_values", "parse_when",
-           "spreadsheet_text", "write_export"]
+__all__ = ["EXPORT_COLUMNS", "FLAG_SEPARATOR", "Output", "check_output", "check_year", "csv_writer", "export_values",
+           "parse_when", "spreadsheet_text", "write_export"]
 
 _PROGRESS_EVERY = 1000
 # What a spreadsheet takes for the start of a formula (OWASP, "CSV Injection").
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 # Export columns that hold numbers or times written by llmmeter, never a client's text.
-_NOT_TEXT = frozenset({"start", "price_effective_from", "cost_usd", "provider_cost_usd"})
+_NOT_TEXT = frozenset({"start", "price_effective_from", "cost_usd", "provider_cost_usd", "flags"})
+# A record's flags in one export cell: llmmeter's own names ([a-z0-9_]), joined by a character
+# that is neither a CSV nor a spreadsheet-locale separator, so the cell never needs quoting.
+FLAG_SEPARATOR = "|"
 
 
 def write_export(rows: Iterable[Record], fmt: Literal["csv", "jsonl"], out: TextIO,
@@ -73,6 +76,10 @@ def export_values(r: Record) -> list[str | int | bool | None]:
             values.append(None if r.cost_units is None else format_usd(r.cost_units))
         elif name == "price_effective_from":
             values.append(None if r.price_effective_from is None else rfc3339(r.price_effective_from))
+        elif name == "provider_cost_usd":
+            values.append(None if r.provider_cost_units is None else format_usd(r.provider_cost_units))
+        elif name == "flags":
+            values.append(FLAG_SEPARATOR.join(r.flags))
         else:
             values.append(getattr(r, name))
     return values

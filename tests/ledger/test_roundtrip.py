@@ -16,7 +16,7 @@ from proxy.ledger.record import Record
 from proxy.ledger.store import COLUMNS, HourlyRow, SqliteStore, sqlite_path
 from proxy.ledger.store.rows import to_micros, to_row
 from proxy.ledger.store.sql import HOURLY_SQL
-from tests.ledger.helpers import EVER, T0, full_record
+from tests.ledger.helpers import BEFORE_005, EVER, T0, full_record
 
 
 def test_every_field_round_trips_exactly(tmp_path: Path, db_url: str, ledgers: list[Ledger]) -> None:
@@ -61,8 +61,9 @@ def test_table_has_one_column_per_record_field(tmp_path: Path, db_url: str, ledg
         indexes = {row[1] for row in con.execute("PRAGMA index_list(requests)")}
     finally:
         con.close()
-    assert cols == list(COLUMNS) == [*(f.name for f in fields(Record)), "cost_carry"]  # 005: the cost's carry
-    assert versions == [m.version for m in load("sqlite")] == [1, 2, 3, 4, 5, 6] and mode == "wal"
+    assert cols == list(COLUMNS)  # in the table's order: 005's cost_carry before 007's columns
+    assert sorted(COLUMNS) == sorted([*(f.name for f in fields(Record)), "cost_carry"])
+    assert versions == [m.version for m in load("sqlite")] == [1, 2, 3, 4, 5, 6, 7] and mode == "wal"
     assert {"requests_start", "requests_tenant_start"} <= indexes
 
 
@@ -161,8 +162,11 @@ def test_input_side_percentiles_are_exact_nearest_rank(db_url: str, ledgers: lis
     ledgers.append(ledger)
     ledger.start()
     for i in range(1, 101):  # input-side tokens 1..100 for one tenant, 7 for another
-        ledger.append(full_record(i, tenant="a", input_tokens=i, cache_read_tokens=0, cache_write_tokens=0))
-    ledger.append(full_record(1000, tenant="b", input_tokens=3, cache_read_tokens=4, cache_write_tokens=0))
+        ledger.append(full_record(i, tenant="a", input_tokens=i, cache_read_tokens=0, cache_write_tokens=0,
+                                  cache_write_1h_tokens=0))
+    # 1-hour cache writes are part of the input side (007): 3 + 2 + 2 = 7.
+    ledger.append(full_record(1000, tenant="b", input_tokens=3, cache_read_tokens=2, cache_write_tokens=0,
+                              cache_write_1h_tokens=2))
     ledger.append(full_record(1001, tenant="b", endpoint="models", input_tokens=999))  # not metered
     assert ledger.flush(10)
     got = ledger.store.input_side_percentiles(*EVER, None, (50, 95, 100))
@@ -179,7 +183,9 @@ def test_percentiles_across_buckets_and_arrival_orders(db_url: str, ledgers: lis
     rng = random.Random(7)
     records = [full_record(i, start=T0 + timedelta(minutes=i), tenant=rng.choice("ab"),
                            input_tokens=rng.choice((rng.randrange(1, 300_000), 4096, 1024)),
-                           cache_read_tokens=0, cache_write_tokens=rng.randrange(0, 3)) for i in range(3000)]
+                           cache_read_tokens=0, cache_write_tokens=rng.randrange(0, 3),
+                           cache_write_1h_tokens=rng.choice((0, 0, rng.randrange(1, 5000))))
+               for i in range(3000)]
     if not in_time_order:
         rng.shuffle(records)
     ledger = Ledger(db_url)
@@ -191,7 +197,7 @@ def test_percentiles_across_buckets_and_arrival_orders(db_url: str, ledgers: lis
     percents = (1, 50, 95, 99, 100)
 
     def nearest_rank(tenant: str, lo: datetime, hi: datetime) -> list[int]:
-        sizes = sorted(r.input_tokens + r.cache_write_tokens for r in records
+        sizes = sorted(r.input_tokens + r.cache_write_tokens + r.cache_write_1h_tokens for r in records
                        if r.tenant == tenant and lo <= r.start < hi)
         return [sizes[(len(sizes) * p + 99) // 100 - 1] for p in percents]
 
@@ -243,7 +249,7 @@ def test_hourly_rollup_matches_the_requests_and_ignores_duplicates(db_url: str, 
     want: dict[tuple[str, int], int] = {}
     for i in range(50):
         r = full_record(i)
-        size = r.input_tokens + r.cache_read_tokens + r.cache_write_tokens
+        size = r.input_side_tokens  # 1-hour cache writes included (007)
         key = (("a", "b")[i % 2], max(b for b in bounds if b <= size))
         want[key] = want.get(key, 0) + 1
     assert dict(((t, b), n) for t, b, n in hist) == want
@@ -292,9 +298,8 @@ def test_a_ledger_from_before_migration_004_keeps_exact_rollups_across_the_upgra
         con.executescript(m.sql)
         con.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", (m.version, m.name))
     old = [full_record(i, start=T0 + timedelta(minutes=13 * i), tenant=("a", "b")[i % 2]) for i in range(40)]
-    before_005 = COLUMNS[:-1]  # no cost_carry yet
-    con.executemany(f"INSERT INTO requests ({', '.join(before_005)}) VALUES ({', '.join('?' * len(before_005))})",
-                    [[to_row(r)[c] for c in before_005] for r in old])  # as the old writer did: the triggers count them
+    con.executemany(f"INSERT INTO requests ({', '.join(BEFORE_005)}) VALUES ({', '.join('?' * len(BEFORE_005))})",
+                    [[to_row(r)[c] for c in BEFORE_005] for r in old])  # as the old writer did: the triggers count them
     con.close()
     store = SqliteStore(path)
     assert store.migrate() == len(load("sqlite")) - 3  # 004 and those after it

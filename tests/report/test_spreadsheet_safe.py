@@ -54,3 +54,26 @@ def test_export_jsonl_keeps_values_as_they_are() -> None:
     write_export([_hostile_record()], "jsonl", out)  # type: ignore[list-item]
     row = json.loads(out.getvalue())
     assert (row["model"], row["end_user"], row["tenant"], row["tag"]) == (HOSTILE, "=1+1", "@x", "+x")
+
+
+def test_export_appends_the_version_2_columns_exactly() -> None:
+    """SPEC "Ledger": cache_write_1h_tokens, web_search_calls, price_band, provider_cost_usd, flags,
+    appended in that order; provider cost an exact decimal like cost_usd, flags joined by `|`."""
+    priced = full_record(1, provider_cost_units=2_740_000_000_123, flags=["output_from_total", "tier_fallback"])
+    unpriced = full_record(2, cost_units=None, price_band=None, fee_units=None, provider_cost_units=None, flags=[])
+    out = io.StringIO()
+    assert write_export([priced, unpriced], "csv", out) == 2
+    header, *_ = out.getvalue().splitlines()
+    assert header.endswith(",upstream_request_id,cache_write_1h_tokens,web_search_calls,price_band,"
+                           "provider_cost_usd,flags")
+    first, second = csv.DictReader(io.StringIO(out.getvalue(), newline=""))
+    assert (first["cache_write_1h_tokens"], first["web_search_calls"], first["price_band"],
+            first["provider_cost_usd"], first["flags"]) == (
+        "7", "3", "200000", "274.0000000123", "output_from_total|tier_fallback")
+    assert (second["cost_usd"], second["price_band"], second["provider_cost_usd"], second["flags"]) == ("", "", "", "")
+    out = io.StringIO()
+    write_export([priced, unpriced], "jsonl", out)
+    a, b = (json.loads(line) for line in out.getvalue().splitlines())
+    assert (a["cache_write_1h_tokens"], a["web_search_calls"], a["price_band"], a["provider_cost_usd"], a["flags"]) \
+        == (7, 3, 200000, "274.0000000123", "output_from_total|tier_fallback")
+    assert (b["price_band"], b["provider_cost_usd"], b["flags"]) == (None, None, "")

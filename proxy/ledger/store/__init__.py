@@ -18,12 +18,12 @@ from proxy.ledger.store.errors import (
     RecordRefused,
     StoreUnavailable,
 )
-from proxy.ledger.store.rows import COLUMNS, HourlyRow
+from proxy.ledger.store.rows import COLUMNS, HourlyRow, SpeedRow
 from proxy.ledger.store.sqlite import SqliteStore
 
 __all__ = ["COLUMNS", "LEDGER_ID", "HourlyRow", "LedgerMissing", "LedgerOutdated", "LedgerReplaced", "LedgerTooNew",
-           "RecordRefused", "SqlStore", "SqliteStore", "Store", "StoreUnavailable", "Writer", "is_postgresql",
-           "open_store", "sqlite_path"]
+           "RecordRefused", "SpeedRow", "SqlStore", "SqliteStore", "Store", "StoreUnavailable", "Writer",
+           "is_postgresql", "open_store", "sqlite_path"]
 
 
 def open_store(url: str, busy_timeout_s: float = 5.0, *, read_only: bool = False) -> SqlStore:

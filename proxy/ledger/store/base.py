@@ -21,14 +21,27 @@ from typing import Any, ClassVar, Protocol
 from proxy.ledger.migrations import load, unknown
 from proxy.ledger.record import Record
 from proxy.ledger.store.errors import LedgerOutdated, LedgerTooNew, StoreUnavailable
-from proxy.ledger.store.percentiles import input_side_percentiles
-from proxy.ledger.store.rows import HOUR_US, HourlyRow, Row, exact, from_micros, from_row, money, to_micros, whole_hours
+from proxy.ledger.store.percentiles import input_side_percentiles, locate
+from proxy.ledger.store.rows import (
+    HOUR_US,
+    HourlyRow,
+    Row,
+    SpeedRow,
+    exact,
+    from_micros,
+    from_row,
+    money,
+    to_micros,
+    whole_hours,
+)
 from proxy.ledger.store.sql import (
     HOURLY_SQL,
     LEDGER_ID_SQL,
     MIGRATIONS_TABLE,
     ROLLUP_SQL,
     SELECT_ROWS,
+    SPEED_RATE_SQL,
+    SPEED_TTFT_SQL,
     TENANT_COST_SQL,
 )
 
@@ -87,6 +100,10 @@ class Store(Protocol):
     def input_side_percentiles(self, start_from: datetime, start_to: datetime, tenant: str | None,
                                percents: Sequence[int]) -> dict[str, list[int]]:
         """Per tenant, exact nearest-rank percentiles of input-side tokens per metered request."""
+        ...
+
+    def speed(self, lo_us: int | datetime, hi_us: int | datetime, tenant: str | None = None) -> list[SpeedRow]:
+        """Per model and tier, how fast streamed requests with upstream usage answered in [lo, hi)."""
         ...
 
 
@@ -234,8 +251,40 @@ class SqlStore(ABC):
         (proxy/ledger/store/percentiles.py)."""
         return input_side_percentiles(self._read, self._scan, self.mark, start_from, start_to, tenant, percents)
 
+    def speed(self, lo_us: int | datetime, hi_us: int | datetime, tenant: str | None = None) -> list[SpeedRow]:
+        """Per model and tier, over streamed metered requests in [lo, hi) (microseconds since the
+        epoch, or aware datetimes) that carry the upstream's own usage and a time to first token:
+        their count, the median output tokens per second after the first token (output_tokens /
+        ((duration_ms - ttft_ms) / 1000), over those with duration_ms > ttft_ms, to 0.01 token/s
+        rounded down; 0.0 when none) and the time to first token's p50 and p95. Percentiles are
+        nearest-rank (the median of an even count is the lower middle), exact to those units."""
+        start_from = lo_us if isinstance(lo_us, datetime) else from_micros(lo_us)
+        start_to = hi_us if isinstance(hi_us, datetime) else from_micros(hi_us)
+        where, params = self._scan(start_from, start_to, tenant)
+        ttft = _counted(self._read(SPEED_TTFT_SQL.format(where=where), params))
+        rate = _counted(self._read(SPEED_RATE_SQL.format(where=where), params))
+        out = []
+        for key, values in sorted(ttft.items()):
+            n = sum(count for _, count in values)
+            p50, p95 = (locate(values, (n * p + 99) // 100)[0] for p in (50, 95))
+            rates = rate.get(key, [])
+            timed = sum(count for _, count in rates)
+            median = locate(rates, (timed * 50 + 99) // 100)[0] / 100 if timed else 0.0
+            out.append(SpeedRow(key[0], key[1], n, median, p50, p95))
+        return out
+
     def _range(self, start_from: datetime, start_to: datetime, tenant: str | None) -> tuple[str, tuple[object, ...]]:
         m, span = self.mark, (to_micros(start_from), to_micros(start_to))
         if tenant is None:
             return f"start >= {m} AND start < {m}", span
         return f"tenant = {m} AND start >= {m} AND start < {m}", (tenant, *span)
+
+
+def _counted(rows: list[Row]) -> dict[tuple[str, str], list[tuple[int, int]]]:
+    """(value, count) pairs per (model, tier), sorted by value."""
+    out: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for row in rows:
+        out.setdefault((row["model"], row["tier"]), []).append((exact(row["value"]), exact(row["n"])))
+    for values in out.values():
+        values.sort()
+    return out

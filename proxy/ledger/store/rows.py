@@ -1,20 +1,26 @@
 """Ledger rows by name: a Record as the `requests` table's columns, and the report's hourly sums.
 
-The columns are named once (COLUMNS: the Record's fields, then the cost's carry); a row goes
+The columns are named once (COLUMNS: the Record's fields and the cost's carry); a row goes
 into the database as a dict of them and comes back as `sqlite3.Row` or psycopg's `dict_row`,
 read by name, never by position.
 
 Money never overflows and never turns into a float (migration 005). A record costs at most
-MAX_COST_UNITS (4 x 10^19 units, pricing/calculator.py), more than BIGINT holds, so it is
+MAX_COST_UNITS (5 x 10^19 + 10^18 units with fees, pricing/calculator.py), more than BIGINT holds, so it is
 stored as `cost_units` (the cost modulo 10^18: the whole cost for any record under $100M)
 plus `cost_carry` (the cost's multiples of 10^18). Sums are taken in two parts that each fit:
-whole dollars (at most 4 x 10^9 per record) and the rest (under 10^10 per record); the
+whole dollars (at most 5.1 x 10^9 per record) and the rest (under 10^10 per record); the
 hourly rollup keeps them the same way (`cost_usd`, and `cost_units` below 10^10). So a SQL
 sum over n records stays below 9.2 x 10^18 for n up to 9.2 x 10^8 records in one UTC hour
 and attribution key, even with every record at the caps (tests/ledger/test_money_bounds.py);
 SQLite's SUM() raises rather than overflow, its `+` is checked by a CHECK constraint, and
 Python adds the parts together into one exact integer. Token counts are refused above
 MAX_TOKENS (10^9) per field, so their sums fit for 9.2 x 10^9 records an hour.
+
+Version 2 (migration 007) adds two more amounts per record, the fees inside the cost and the
+cost the provider reported, each at most MAX_PART_UNITS (10^18 units, so one BIGINT with no
+carry), summed in the same two parts (at most 10^8 dollars and under 10^10 units a record);
+1-hour cache writes are a fifth token count under MAX_TOKENS and web search calls are at most
+MAX_FEE_CALLS (10^5) a record. The band a record was priced at is part of the rollup's key.
 """
 
 from __future__ import annotations
@@ -25,17 +31,23 @@ from decimal import Decimal
 from operator import itemgetter
 from typing import Any, Protocol
 
-from pricing.calculator import MAX_COST_UNITS, MAX_TOKENS, UNITS_PER_USD
+from pricing.calculator import MAX_COST_UNITS, MAX_FEE_CALLS, MAX_PROVIDER_COST_UNITS, MAX_TOKENS, UNITS_PER_USD
 from proxy.ledger.record import Record
 from proxy.ledger.store.errors import RecordRefused, StoreUnavailable
 
-# Database columns: the Record's fields in declaration order, then the cost's carry (005).
+# Database columns in the table's own order: the Record's fields in declaration order, with
+# the cost's carry (005) before the fields migration 007 added after it.
 _FIELDS = tuple(f.name for f in fields(Record))
-COLUMNS: tuple[str, ...] = (*_FIELDS, "cost_carry")
+_BEFORE_007 = _FIELDS.index("cache_write_1h_tokens")
+COLUMNS: tuple[str, ...] = (*_FIELDS[:_BEFORE_007], "cost_carry", *_FIELDS[_BEFORE_007:])
 CARRY = 10**18  # cost = cost_carry * CARRY + cost_units
 HOUR_US = 3_600_000_000  # an hour in microseconds; rollups are keyed by start // HOUR_US
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
+# Fees (a subset of the cost: MAX_FEE_CALLS calls at the dearest per-call price) and the
+# provider's own cost are each at most 10^18 units a record: a BIGINT with no carry.
+MAX_PART_UNITS = MAX_PROVIDER_COST_UNITS
+MAX_BAND = 2**63 - 1  # a band's threshold is a key, never summed: anything BIGINT holds
 values_of = itemgetter(*COLUMNS)  # a row dict's values in COLUMNS order, for positional parameters
 
 
@@ -58,6 +70,15 @@ def to_row(r: Record) -> dict[str, Any]:
             raise RecordRefused(f"record {r.id!r}: token counts must be integers from 0 to {MAX_TOKENS}")
         if cost is not None and not (type(cost) is int and 0 <= cost <= MAX_COST_UNITS):
             raise RecordRefused(f"record {r.id!r}: cost {cost!r} is not an integer from 0 to {MAX_COST_UNITS} units")
+        w1h, calls, band, fee, provider = (r.cache_write_1h_tokens, r.web_search_calls, r.price_band, r.fee_units,
+                                           r.provider_cost_units)
+        if not (type(w1h) is int and 0 <= w1h <= MAX_TOKENS and type(calls) is int and 0 <= calls <= MAX_FEE_CALLS
+                and (band is None or (type(band) is int and 0 <= band <= MAX_BAND))
+                and (fee is None or (type(fee) is int and 0 <= fee <= MAX_PART_UNITS))
+                and (provider is None or (type(provider) is int and 0 <= provider <= MAX_PART_UNITS))):
+            raise RecordRefused(f"record {r.id!r}: 1-hour cache writes (0 to {MAX_TOKENS}), web search calls "
+                                f"(0 to {MAX_FEE_CALLS}), price band (0 to {MAX_BAND}), fees and provider cost "
+                                f"(0 to {MAX_PART_UNITS} units) must be integers in range")
         carry, units = (0, None) if cost is None else divmod(cost, CARRY)
         pef = r.price_effective_from
         row = vars(r).copy()  # the fields by name; a dataclass without slots keeps them in __dict__
@@ -109,6 +130,13 @@ class HourlyRow:
     estimated: int  # requests whose usage was estimated
     unpriced: int  # metered requests with no price
     cost_units: int  # 10^-10 USD, exact
+    # Version 2 (migration 007). Defaults keep rows made by hand (tests, what-ifs) short.
+    price_band: int = 0  # the band's above_input_tokens; 0 below every band and for unpriced records
+    cache_write_1h_tokens: int = 0
+    web_search_calls: int = 0
+    fee_units: int = 0  # the fees inside cost_units (a subset, never on top), 10^-10 USD, exact
+    provider_cost_units: int = 0  # the cost the upstream reported, summed over provider_costed records
+    provider_costed: int = 0  # requests that carried a provider cost (0: show none, not $0)
 
     @property
     def start(self) -> datetime:
@@ -127,14 +155,34 @@ class HourlyRow:
             reasoning_tokens=exact(row["reasoning_tokens"]), estimated=exact(row["estimated"]),
             unpriced=exact(row["unpriced"]),
             cost_units=money(row["cost_usd"], row["cost_rest"]),
+            price_band=exact(row["price_band"]), cache_write_1h_tokens=exact(row["cache_write_1h_tokens"]),
+            web_search_calls=exact(row["web_search_calls"]), fee_units=money(row["fee_usd"], row["fee_rest"]),
+            provider_cost_units=money(row["provider_cost_usd"], row["provider_cost_rest"]),
+            provider_costed=exact(row["provider_costed"]),
         )
 
     def as_tuple(self) -> tuple[Any, ...]:
-        """The positional shape `Store.hourly` has always returned (0/1 for the two flags)."""
+        """The positional shape `Store.hourly` has always returned (0/1 for the two flags), with
+        version 2's sums appended in field order."""
         return (self.hour, self.model, int(self.unpriced_model), self.tier, self.upstream, self.tenant, self.tag,
                 self.workload, int(self.metered), self.requests, self.input_tokens, self.cache_read_tokens,
                 self.cache_write_tokens, self.output_tokens, self.reasoning_tokens, self.estimated, self.unpriced,
-                self.cost_units)
+                self.cost_units, self.price_band, self.cache_write_1h_tokens, self.web_search_calls, self.fee_units,
+                self.provider_cost_units, self.provider_costed)
+
+
+@dataclass(frozen=True, slots=True)
+class SpeedRow:
+    """How fast one model and tier answered (store.speed): streamed metered requests with the
+    upstream's own usage and a time to first token, over a range."""
+
+    model: str  # the canonical model, else the one requested, else ""
+    tier: str
+    requests: int
+    output_tokens_per_s_p50: float  # output tokens / (duration - ttft), to 0.01 token/s, rounded down;
+    #                                 0.0 when no request ran past its first token
+    ttft_ms_p50: int
+    ttft_ms_p95: int
 
 
 def money(usd: Any, rest: Any) -> int:

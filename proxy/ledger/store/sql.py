@@ -17,7 +17,14 @@ from proxy.protocol.names import METERED
 METERED_SQL = ", ".join(f"'{endpoint}'" for endpoint in sorted(METERED))  # names from code, never a client
 COST_USD = f"(cost_units / {UNITS_PER_USD} + cost_carry * {CARRY // UNITS_PER_USD})"  # whole dollars
 COST_REST = f"(cost_units - cost_units / {UNITS_PER_USD} * {UNITS_PER_USD})"  # the units below a dollar
-INPUT_SIDE = "(input_tokens + cache_read_tokens + cache_write_tokens)"
+# Two more money parts (007): fees (a subset of the cost) and the provider's own cost, each at
+# most 10^18 units a record, so no carry: whole dollars and the units below one.
+FEE_USD = f"(fee_units / {UNITS_PER_USD})"
+FEE_REST = f"(fee_units - fee_units / {UNITS_PER_USD} * {UNITS_PER_USD})"
+PROVIDER_USD = f"(provider_cost_units / {UNITS_PER_USD})"
+PROVIDER_REST = f"(provider_cost_units - provider_cost_units / {UNITS_PER_USD} * {UNITS_PER_USD})"
+# The whole input side, 1-hour cache writes included (007).
+INPUT_SIDE = "(input_tokens + cache_read_tokens + cache_write_tokens + cache_write_1h_tokens)"
 # The size bucket a request counts in (migration 003): the largest bound at or below its input side.
 BUCKET_OF = f"SELECT MAX(lo) FROM input_side_bounds WHERE lo <= {INPUT_SIDE}"
 HOURLY_SQL = f"""
@@ -25,6 +32,7 @@ SELECT start / 3600000000 AS hour,
        COALESCE(model, model_requested, '') AS model, CASE WHEN model IS NULL THEN 1 ELSE 0 END AS unpriced_model,
        COALESCE(tier, '') AS tier, upstream, tenant, COALESCE(tag, '') AS tag, COALESCE(workload, '') AS workload,
        CASE WHEN endpoint IN ({METERED_SQL}) THEN 1 ELSE 0 END AS metered,
+       COALESCE(price_band, 0) AS price_band,
        COUNT(*) AS requests,
        SUM(input_tokens) AS input_tokens, SUM(cache_read_tokens) AS cache_read_tokens,
        SUM(cache_write_tokens) AS cache_write_tokens, SUM(output_tokens) AS output_tokens,
@@ -32,15 +40,22 @@ SELECT start / 3600000000 AS hour,
        SUM(CASE WHEN usage_source = 'estimated' THEN 1 ELSE 0 END) AS estimated,
        SUM(CASE WHEN cost_units IS NULL AND outcome != 'rejected' AND endpoint IN ({METERED_SQL}) THEN 1 ELSE 0 END)
            AS unpriced,
-       COALESCE(SUM({COST_USD}), 0) AS cost_usd, COALESCE(SUM({COST_REST}), 0) AS cost_rest
+       COALESCE(SUM({COST_USD}), 0) AS cost_usd, COALESCE(SUM({COST_REST}), 0) AS cost_rest,
+       SUM(cache_write_1h_tokens) AS cache_write_1h_tokens, SUM(web_search_calls) AS web_search_calls,
+       COALESCE(SUM({FEE_USD}), 0) AS fee_usd, COALESCE(SUM({FEE_REST}), 0) AS fee_rest,
+       COALESCE(SUM({PROVIDER_USD}), 0) AS provider_cost_usd, COALESCE(SUM({PROVIDER_REST}), 0) AS provider_cost_rest,
+       COUNT(provider_cost_units) AS provider_costed
 FROM requests WHERE {{where}}
-GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9
+GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
 """
-# The same rows, by the same names, from the rollup migration 002 keeps: for whole UTC hours.
+# The same rows, by the same names, from the rollup migration 002 keeps (007: the band, fees,
+# provider cost): for whole UTC hours.
 ROLLUP_SQL = """
-SELECT hour, model, unpriced_model, tier, upstream, tenant, tag, workload, metered, requests,
+SELECT hour, model, unpriced_model, tier, upstream, tenant, tag, workload, metered, price_band, requests,
        input_tokens, cache_read_tokens, cache_write_tokens, output_tokens, reasoning_tokens,
-       estimated, unpriced, cost_usd, cost_units AS cost_rest
+       estimated, unpriced, cost_usd, cost_units AS cost_rest,
+       cache_write_1h_tokens, web_search_calls, fee_usd, fee_units AS fee_rest,
+       provider_cost_usd, provider_cost_units AS provider_cost_rest, provider_costed
 FROM hourly_rollup WHERE {where}
 """
 # Month-to-date spend per tenant from the rollup, per hour: Python adds the hours up.
@@ -53,3 +68,14 @@ MIGRATIONS_TABLE = ("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEG
                     "name TEXT NOT NULL, applied_at {timestamp})")
 # Migration 006: the ledger's own id, which every journal segment written for it names.
 LEDGER_ID_SQL = "SELECT value FROM ledger_meta WHERE key = 'ledger_id'"
+# The report's speed table (store.speed): streamed metered requests that carry the upstream's
+# own usage and a time to first token. Each query returns one row per model, tier and distinct
+# value with its count, so Python finds nearest-rank percentiles from a few thousand rows.
+_SPEED_FROM = (f"FROM requests WHERE {{where}} AND stream = 1 AND usage_source = 'upstream' "
+               f"AND ttft_ms IS NOT NULL AND endpoint IN ({METERED_SQL})")
+_SPEED_KEY = "COALESCE(model, model_requested, '') AS model, COALESCE(tier, '') AS tier"
+SPEED_TTFT_SQL = f"SELECT {_SPEED_KEY}, ttft_ms AS value, COUNT(*) AS n {_SPEED_FROM} GROUP BY 1, 2, 3"
+# Output tokens per second after the first token, in hundredths, rounded down (integer division
+# on both backends); only requests that ran past their first token.
+SPEED_RATE_SQL = (f"SELECT {_SPEED_KEY}, output_tokens * 100000 / (duration_ms - ttft_ms) AS value, "
+                  f"COUNT(*) AS n {_SPEED_FROM} AND duration_ms > ttft_ms GROUP BY 1, 2, 3")

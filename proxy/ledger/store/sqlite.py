@@ -32,21 +32,27 @@ _ROW = f"({', '.join('?' * len(COLUMNS))})"
 # Batches go in as multi-row INSERTs of power-of-two sizes (a handful of cached statements).
 # sqlite3 releases the GIL around each statement step, and a busy event loop keeps the
 # importer waiting up to a switch interval to get it back: per-row steps starved it.
-_CHUNKS = (256, 128, 64, 32, 16, 8, 4, 2, 1)  # 256 rows x 30 columns stays under SQLite's 32766 variables
+_CHUNKS = (256, 128, 64, 32, 16, 8, 4, 2, 1)  # 256 rows x 37 columns stays under SQLite's 32766 variables
 _FETCH = 1024
 _DENSE = 4  # read a rowid run when at most this many rowids per row in range
 _UNITS = 10**10
 # Migration 004: the batch's new rows are added to 002's rollup and 003's histogram here;
-# 005: money in whole dollars and the units below one, so no addition can overflow.
+# 005: money in whole dollars and the units below one, so no addition can overflow; 007: the
+# band joins the key, and 1-hour cache writes, web search calls, fees and provider cost (money
+# in the same two parts) are summed beside the rest.
+_ROLLUP_KEY = "hour, model, unpriced_model, tier, upstream, tenant, tag, workload, metered, price_band"
 _ADD_TO_ROLLUP = f"""
-INSERT INTO hourly_rollup (hour, model, unpriced_model, tier, upstream, tenant, tag, workload, metered, requests,
+INSERT INTO hourly_rollup ({_ROLLUP_KEY}, requests,
                            input_tokens, cache_read_tokens, cache_write_tokens, output_tokens, reasoning_tokens,
-                           estimated, unpriced, cost_usd, cost_units)
-SELECT hour, model, unpriced_model, tier, upstream, tenant, tag, workload, metered, requests,
+                           estimated, unpriced, cost_usd, cost_units, cache_write_1h_tokens, web_search_calls,
+                           fee_usd, fee_units, provider_cost_usd, provider_cost_units, provider_costed)
+SELECT {_ROLLUP_KEY}, requests,
        input_tokens, cache_read_tokens, cache_write_tokens, output_tokens, reasoning_tokens, estimated, unpriced,
-       cost_usd + cost_rest / {_UNITS}, cost_rest % {_UNITS}
+       cost_usd + cost_rest / {_UNITS}, cost_rest % {_UNITS}, cache_write_1h_tokens, web_search_calls,
+       fee_usd + fee_rest / {_UNITS}, fee_rest % {_UNITS},
+       provider_cost_usd + provider_cost_rest / {_UNITS}, provider_cost_rest % {_UNITS}, provider_costed
 FROM ({HOURLY_SQL.format(where="rowid > ?")}) AS batch WHERE true
-ON CONFLICT (hour, model, unpriced_model, tier, upstream, tenant, tag, workload, metered) DO UPDATE SET
+ON CONFLICT ({_ROLLUP_KEY}) DO UPDATE SET
     requests = requests + excluded.requests,
     input_tokens = input_tokens + excluded.input_tokens,
     cache_read_tokens = cache_read_tokens + excluded.cache_read_tokens,
@@ -56,7 +62,15 @@ ON CONFLICT (hour, model, unpriced_model, tier, upstream, tenant, tag, workload,
     estimated = estimated + excluded.estimated,
     unpriced = unpriced + excluded.unpriced,
     cost_usd = cost_usd + excluded.cost_usd + (cost_units + excluded.cost_units) / {_UNITS},
-    cost_units = (cost_units + excluded.cost_units) % {_UNITS}"""
+    cost_units = (cost_units + excluded.cost_units) % {_UNITS},
+    cache_write_1h_tokens = cache_write_1h_tokens + excluded.cache_write_1h_tokens,
+    web_search_calls = web_search_calls + excluded.web_search_calls,
+    fee_usd = fee_usd + excluded.fee_usd + (fee_units + excluded.fee_units) / {_UNITS},
+    fee_units = (fee_units + excluded.fee_units) % {_UNITS},
+    provider_cost_usd = provider_cost_usd + excluded.provider_cost_usd
+                        + (provider_cost_units + excluded.provider_cost_units) / {_UNITS},
+    provider_cost_units = (provider_cost_units + excluded.provider_cost_units) % {_UNITS},
+    provider_costed = provider_costed + excluded.provider_costed"""
 _ADD_TO_HISTOGRAM = f"""
 INSERT INTO input_side_histogram
 SELECT start / {HOUR_US}, tenant, ({BUCKET_OF}), COUNT(*) FROM requests
