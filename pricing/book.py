@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import fnmatch
+import re
 from bisect import bisect_right
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from pricing.model import BUILTIN_TIER_ALIASES, Price
+from pricing.model import BUILTIN_TIER_ALIASES, Price, is_glob
 
 STANDARD = "standard"
+_MEMO_NAME = 256  # longer names are matched against the globs every time, never kept
 
 
 # Anthropic's usage.inference_geo values that mean no regional premium.
@@ -29,19 +32,29 @@ class PriceBook:
     def __init__(self, prices: Iterable[Price], aliases: Mapping[str, str] | None = None) -> None:
         self.prices: tuple[Price, ...] = tuple(sorted(prices, key=lambda p: p.effective_from))
         self.aliases = {**BUILTIN_TIER_ALIASES, **{k.lower(): v for k, v in (aliases or {}).items()}}
-        self._names: dict[str, str] = {}  # any matching name, lower-cased -> canonical model
-        named_tiers: dict[str, set[str]] = {}  # name -> tiers of the entries that list it in `match`
+        self._names: dict[str, str] = {}  # exact names, lower-cased -> canonical model
+        named_tiers: dict[str, set[str]] = {}  # exact name -> tiers of the entries that list it in `match`
+        globs: dict[str, tuple[str, set[str], int]] = {}  # glob, lower-cased -> (model, tiers, order)
         self._entries: dict[tuple[str, str], list[Price]] = {}
         self._first: dict[tuple[str, str], datetime] = {}  # (model, tier) -> its earliest effective_from
         for p in self.prices:
             self._names.setdefault(p.model.lower(), p.model)
             for name in p.match:
-                self._names.setdefault(name.lower(), p.model)
-                named_tiers.setdefault(name.lower(), set()).add(p.tier)
+                key = name.lower()
+                if is_glob(name):
+                    globs.setdefault(key, (p.model, set(), len(globs)))[1].add(p.tier)
+                else:
+                    self._names.setdefault(key, p.model)
+                    named_tiers.setdefault(key, set()).add(p.tier)
             self._entries.setdefault((p.model, p.tier), []).append(p)
             self._first.setdefault((p.model, p.tier), p.effective_from)
         # A name implies a tier only when every entry listing it has that same tier.
         self._name_tier = {n: next(iter(t)) for n, t in named_tiers.items() if len(t) == 1}
+        # Globs, compiled once, the longest first (the most specific), then the one seen first.
+        self._globs: tuple[tuple[Callable[[str], re.Match[str] | None], str, str | None], ...] = tuple(
+            (re.compile(fnmatch.translate(g)).match, model, next(iter(tiers)) if len(tiers) == 1 else None)
+            for g, (model, tiers, _) in sorted(globs.items(), key=lambda kv: (-len(kv[0]), kv[1][2])))
+        self._matched: dict[str, tuple[str, str | None] | None] = {}  # names from clients: bounded
         self.models: frozenset[str] = frozenset(p.model for p in self.prices)
         self._instants = [p.effective_from for p in self.prices]  # sorted
         self._resolved: dict[tuple[str, str, str | None, str | None, int], Resolution | None] = {}
@@ -53,10 +66,30 @@ class PriceBook:
         """Step 1: the response's model if a table knows it, else the request's, else None."""
         for name in (response_model, requested_model):
             if name:
-                model = self._names.get(name.lower())
-                if model is not None:
-                    return model
+                found = self._lookup(name)
+                if found is not None:
+                    return found[0]
         return None
+
+    def _lookup(self, name: str) -> tuple[str, str | None] | None:
+        """The model a name means and the tier it implies (None: none): an exact name first, then
+        the globs. The name is only ever a name: `*`, `?` or `[` in it are matched literally."""
+        key = name.lower()
+        model = self._names.get(key)
+        if model is not None:
+            return model, self._name_tier.get(key)
+        if not self._globs:
+            return None
+        try:
+            return self._matched[key]
+        except KeyError:
+            pass
+        found = next(((m, tier) for match, m, tier in self._globs if match(key)), None)
+        if len(key) <= _MEMO_NAME:
+            if len(self._matched) >= 4096:  # names come from clients: bound the memo
+                self._matched.clear()
+            self._matched[key] = found
+        return found
 
     def resolve_tier(self, model_name: str | None, hints: Iterable[str | None], model: str | None = None,
                      at: datetime | None = None) -> str:
@@ -72,9 +105,9 @@ class PriceBook:
                         return h
                 return self.aliases.get(h, h)
         if model_name:
-            tier = self._name_tier.get(model_name.lower())
-            if tier is not None:
-                return tier
+            found = self._lookup(model_name)
+            if found is not None and found[1] is not None:
+                return found[1]
         return STANDARD
 
     def resolve(self, model: str, tier: str, at: datetime, upstream: str | None = None,

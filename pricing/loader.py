@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pricing.calculator import MAX_DECIMALS, MAX_FEE_PER_1K, MAX_PRICE_PER_MILLION, MAX_TOKENS
-from pricing.model import TOKEN_TYPES, Band, Price
+from pricing.model import TOKEN_TYPES, Band, Price, is_glob
 from pricing.toml_lines import key_line
 from proxy.errors import LLMMeterError
 
@@ -287,7 +287,8 @@ def _cross_checks(prices: Iterable[Price]) -> list[str]:
         for name in (p.model, *p.match):
             other = owner.setdefault(name.lower(), p)
             if other.model != p.model:
-                errors.append(f"{p.where}: model name {name!r} already means {other.model!r} "
+                what = "glob" if is_glob(name) else "model name"
+                errors.append(f"{p.where}: {what} {name!r} already means {other.model!r} "
                               f"(at {other.where}); a name can mean one model only")
     return errors
 

@@ -24,6 +24,14 @@ BUILTIN_TIER_ALIASES: dict[str, str] = {
     "highspeed": "highspeed",
 }
 
+_GLOB_CHARS = frozenset("*?[")
+
+
+def is_glob(name: str) -> bool:
+    """Whether a `match` item is a case-insensitive fnmatch glob (it has `*`, `?` or `[`) rather
+    than an exact model name."""
+    return not _GLOB_CHARS.isdisjoint(name)
+
 
 @dataclass(frozen=True, slots=True)
 class Band:

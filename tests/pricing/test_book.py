@@ -111,3 +111,63 @@ def test_memoised_resolution_follows_every_entry_change_exactly() -> None:
     # Micro-units (10^-16 USD) per token: $3 per million is 3 × 10^10.
     assert unit_prices(fallback.price) == (3 * 10**10, 2 * 10**9, 2 * 10**10, 10**11)
     assert book.resolve("m", "highspeed", t2, "vllm") == Resolution(price("highspeed", t2, inp="4"), False)
+
+
+# --- `match` globs: case-insensitive fnmatch, an exact name first. ---
+
+def named(model: str, match: tuple[str, ...], tier: str = "standard") -> Price:
+    return Price(model=model, tier=tier, effective_from=T0, input=Decimal(1), output=Decimal(1),
+                 cache_read=Decimal(1), cache_write=Decimal(1), source="t", match=match)
+
+
+def test_a_glob_matches_names_case_insensitively() -> None:
+    book = PriceBook([named("claude-sonnet-4.5", ("claude-sonnet-4-5*",))])
+    for name in ("claude-sonnet-4-5", "claude-sonnet-4-5-20250929", "Claude-Sonnet-4-5-20250929",
+                 "CLAUDE-SONNET-4-5@latest"):
+        assert book.canonical_model(name, None) == "claude-sonnet-4.5", name
+        assert book.canonical_model(name, None) == "claude-sonnet-4.5", name  # the memo answers the same
+    for name in ("claude-sonnet-4", "xclaude-sonnet-4-5", "claude-sonnet-4-6"):
+        assert book.canonical_model(name, None) is None, name
+    assert book.canonical_model("nope", "claude-sonnet-4-5-x") == "claude-sonnet-4.5"  # the request's name too
+
+
+def test_an_exact_name_beats_a_glob_and_a_longer_glob_a_shorter_one() -> None:
+    book = PriceBook([named("gpt-any", ("gpt-*",)), named("gpt-5.1-mini", ("gpt-5.1-mini*",)),
+                      named("gpt-5.1", ("gpt-5.1", "GPT-5.1-2025-11-13"))])
+    assert book.canonical_model("gpt-5.1", None) == "gpt-5.1"
+    assert book.canonical_model("gpt-5.1-2025-11-13", None) == "gpt-5.1"  # exact, whatever the case
+    assert book.canonical_model("gpt-5.1-mini-2025", None) == "gpt-5.1-mini"  # the longer glob
+    assert book.canonical_model("gpt-4o", None) == "gpt-any"
+    assert book.canonical_model("gpt-5.1-mini", None) == "gpt-5.1-mini"  # `*` matches nothing too
+    # The model's own name is exact as well: it beats another model's glob.
+    assert PriceBook([named("m-pro", ("m-*",)), named("m-lite", ())]).canonical_model("M-Lite", None) == "m-lite"
+
+
+def test_a_client_name_with_glob_characters_is_only_a_name() -> None:
+    book = PriceBook([named("gpt-5.1", ("gpt-5.1",)), named("claude-sonnet-4.5", ("claude-sonnet-4-5*",)),
+                      named("o3", ("o[3]",))])
+    # A name is never used as a pattern: these do not match the entries they would as globs.
+    for name in ("*", "gpt-*", "gpt-5.?", "gpt-5.[1]", "[g]pt-5.1", "claude-*", "o[3]x"):
+        assert book.canonical_model(name, None) is None, name
+    # The entry's glob `claude-sonnet-4-5*` is not an exact name: sent as it is, it is a name its glob
+    # matches literally (it starts with claude-sonnet-4-5), and `o[3]` is a glob for "o3", not the text "o[3]".
+    assert book.canonical_model("claude-sonnet-4-5*", None) == "claude-sonnet-4.5"
+    assert book.canonical_model("o3", None) == "o3" and book.canonical_model("o[3]", None) is None
+
+
+def test_a_glob_implies_a_tier_when_its_entries_share_one() -> None:
+    book = PriceBook([named("m", ("m",)), named("m", ("m-fast*", "*-turbo"), tier="highspeed")])
+    assert book.resolve_tier("m-fast-2026", [None]) == "highspeed"
+    assert book.resolve_tier("M-TURBO", [None]) == "highspeed" and book.canonical_model("x-turbo", None) == "m"
+    assert book.resolve_tier("m", [None]) == "standard"
+    assert book.resolve_tier("m-fast-2026", ["default"]) == "standard"  # a hint still comes first
+
+
+def test_glob_matches_are_memoised_within_a_bound() -> None:
+    book = PriceBook([named("m", ("m-*",))])
+    for n in range(10_000):  # names from clients: the memo never grows past its bound
+        assert book.canonical_model(f"m-{n}", None) == "m"
+        assert book.canonical_model(f"x-{n}", None) is None
+    assert 0 < len(book._matched) <= 4096
+    long = "m-" + "x" * 10_000
+    assert book.canonical_model(long, None) == "m" and long not in book._matched

@@ -231,3 +231,17 @@ def test_prices_check_reports_band_and_fee_errors_with_file_and_line(tmp_path: P
     done = subprocess.run([sys.executable, "-m", "proxy", "prices", "check", str(tmp_path)], capture_output=True,
                           text=True, timeout=60, cwd=root)
     assert done.returncode == 0 and "1 price entries, all valid" in done.stdout, done.stderr
+
+
+def test_globs_load_and_identical_globs_for_two_models_are_an_error(tmp_path: Path) -> None:
+    glob = GOOD.replace('match = ["m", "vendor/m"]', 'match = ["m", "vendor/m-*"]')
+    [p] = load_dir(table(tmp_path, glob))
+    assert p.match == ("m", "vendor/m-*")
+    # Another model claiming the same glob (in any case) at the same tier and date: one name, two models.
+    other = glob.replace('model = "m"', 'model = "n"').replace('"m", "vendor/m-*"', '"n", "Vendor/M-*"')
+    errors = check_dir(table(tmp_path, glob + "\n" + other))
+    assert errors == [f"{tmp_path / 't.toml'}:12: glob 'Vendor/M-*' already means 'm' (at {tmp_path / 't.toml'}:1);"
+                      f" a name can mean one model only"]
+    # Overlapping but different globs cannot be decided at load time: the longer one wins when a name comes.
+    overlap = other.replace('"Vendor/M-*"', '"vendor/m-pro*"')
+    assert check_dir(table(tmp_path, glob + "\n" + overlap)) == []
