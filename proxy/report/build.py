@@ -14,18 +14,22 @@ from decimal import ROUND_HALF_EVEN, Context, Decimal, localcontext
 from zoneinfo import ZoneInfo
 
 from pricing import PriceBook
+from pricing.calculator import Rates, rates
+from pricing.model import Price
 from proxy.errors import ConfigError
 from proxy.ledger.store import HourlyRow, Store
 from proxy.protocol.names import WORKLOADS
 from proxy.report.breakeven import self_hosting
 from proxy.report.groups import total, usage
 from proxy.report.model import (
+    BandRow,
     Day,
     Forecast,
     Hour,
     ModelRow,
     Report,
     Reprice,
+    SpeedRow,
     TagRow,
     TagWorkloadRow,
     TenantRow,
@@ -92,15 +96,35 @@ def build_report(store: Store, inp: ReportInput) -> Report:
         by_workload=by_workload,
         by_tag_workload=tuple(TagWorkloadRow(t, w, s, share) for (t, w), s, share
                               in _by(rows, lambda g: (g.tag or "untagged", g.workload), units, metered_only=True)),
+        by_band=_bands(rows, units),
         workload_summary=workload_summary(by_workload),
         daily=_daily(rows, start, end, inp.tz),
         hourly_profile=hourly,
         peak_to_offpeak_ratio=peak_to_offpeak([h.tokens for h in hourly]),
+        speed=_speed(store, start, end, inp.tenant),
         forecast=_forecast(whole, start, end, inp.now),
         what_if=_what_if(rows, inp),
         reprice=reprice,
         self_hosting=self_hosting(rows, inp.selfhost, inp.self_hosted_upstreams, start, end, inp.now),
     )
+
+
+def _bands(rows: list[HourlyRow], total_units: int) -> tuple[BandRow, ...]:
+    """Priced models' requests per model, tier and band, by model and tier, then band."""
+    sums: dict[tuple[str, str, int], Usage] = {}
+    for row in rows:
+        if row.metered and not row.unpriced_model:
+            k = (row.model, row.tier, row.price_band)
+            sums[k] = sums.get(k, Usage()) + usage(row)
+    return tuple(BandRow(m, t, b, s, _share(s.cost_units, total_units)) for (m, t, b), s in sorted(sums.items()))
+
+
+def _speed(store: Store, start: datetime, end: datetime, tenant: str | None) -> tuple[SpeedRow, ...]:
+    """The store's speed rows (streamed requests with upstream usage), the busiest first."""
+    found = store.speed(start, end, tenant)
+    rows = (SpeedRow(x.model, x.tier, x.requests, x.output_tokens_per_s_p50, x.ttft_ms_p50, x.ttft_ms_p95)
+            for x in found)
+    return tuple(sorted(rows, key=lambda x: (-x.requests, x.model, x.tier)))
 
 
 def _share(part: int, whole: int) -> float:
@@ -190,30 +214,56 @@ class Repricer:
     """Prices hourly rows with the tables in force at a given time.
 
     A cost is a token count times an integer unit price per token, so pricing the month's
-    few thousand rows needs only the few distinct prices (PriceBook.resolve_units).
+    few thousand rows needs only the few distinct prices, looked up once per entry and band.
     """
 
     def __init__(self, book: PriceBook) -> None:
         self.book = book
+        self._levels: dict[tuple[Price, int], Rates] = {}
+
+    def has_tier(self, row: HourlyRow, tier: str, at: datetime) -> bool:
+        """Whether the row's model has an entry of exactly this tier in force at `at`."""
+        found = self.book.resolve(row.model, tier, at, upstream=row.upstream or None)
+        return found is not None and not found.tier_fallback
 
     def __call__(self, row: HourlyRow, tier: str, at: datetime, fold_cache: bool = False) -> int:
         if row.unpriced_model or not row.metered:
             return 0
-        resolved = self.book.resolve_units(row.model, tier or "standard", at, upstream=row.upstream or None)
-        if resolved is None:
+        found = self.book.resolve(row.model, tier or "standard", at, upstream=row.upstream or None)
+        if found is None:
             return 0
-        pi, pr, pw, po = resolved[1]
+        r = self._level(found.price, row.price_band)
         if fold_cache:  # as if nothing were cached: cache tokens billed as input
-            return usage(row).input_side * pi + row.output_tokens * po
-        return (row.input_tokens * pi + row.cache_read_tokens * pr + row.cache_write_tokens * pw
-                + row.output_tokens * po)
+            return r.units(input=usage(row).input_side, output=row.output_tokens,
+                           web_search_calls=row.web_search_calls)
+        return r.units(input=row.input_tokens, cache_read=row.cache_read_tokens, cache_write=row.cache_write_tokens,
+                       cache_write_1h=row.cache_write_1h_tokens, output=row.output_tokens,
+                       web_search_calls=row.web_search_calls)
+
+    def _level(self, price: Price, band: int) -> Rates:
+        """The entry's prices at the band the row was billed in. A row's requests all had more
+        input-side tokens than its band's threshold, so the entry's highest level at or below
+        that threshold applies: exact when the entry's bands are those the row was priced with,
+        as they are for every repricing at the row's own entry. 1-hour writes with no price of
+        their own cost cache_write's, and calls with no fee price cost 0, as the calculator has it."""
+        key = (price, band)
+        level = self._levels.get(key)
+        if level is None:
+            level = self._levels[key] = next(x for x in reversed(rates(price)) if x.above <= band)  # base at 0
+        return level
 
 
 def _what_if(rows: list[HourlyRow], inp: ReportInput) -> WhatIf:
     api = [row for row in rows if row.upstream not in inp.self_hosted_upstreams]
     priced = Repricer(inp.book)
     fastest = {m: "highspeed" if "highspeed" in inp.book.tiers(m) else "standard" for m in {r.model for r in api}}
+
+    def at_tier_else_billed(tier: str) -> int:
+        return sum(priced(r, tier, r.start) if priced.has_tier(r, tier, r.start) else r.cost_units for r in api)
+
     # Each row is repriced with the tables in force at its own hour.
     return WhatIf(all_standard_units=sum(priced(r, "standard", r.start) for r in api),
                   all_highspeed_units=sum(priced(r, fastest[r.model], r.start) for r in api),
-                  without_cache_units=sum(priced(r, r.tier, r.start, fold_cache=True) for r in api))
+                  without_cache_units=sum(priced(r, r.tier, r.start, fold_cache=True) for r in api),
+                  all_batch_units=at_tier_else_billed("batch"),
+                  all_flex_units=at_tier_else_billed("flex"))

@@ -12,7 +12,13 @@ from datetime import date, datetime
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Requests, the five token counts and their cost: one row's sums."""
+    """Requests, the token counts, the fee calls and their cost: one row's sums.
+
+    The fields after `cost_units` came with version 3 (appended, so older positional uses
+    still read the same): 1-hour cache writes, web search calls, the fees inside
+    `cost_units`, and the upstream's own cost over the `provider_costed` requests that
+    reported one.
+    """
 
     requests: int = 0
     input_tokens: int = 0
@@ -21,25 +27,45 @@ class Usage:
     output_tokens: int = 0
     reasoning_tokens: int = 0
     cost_units: int = 0
+    cache_write_1h_tokens: int = 0
+    web_search_calls: int = 0
+    fee_units: int = 0  # per-call fees, 10^-10 USD; a part of cost_units
+    provider_cost_units: int = 0  # the upstream's own figure, 10^-10 USD
+    provider_costed: int = 0  # requests with a provider cost (0: the figure is unknown, not zero)
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(self.requests + other.requests, self.input_tokens + other.input_tokens,
                      self.cache_read_tokens + other.cache_read_tokens,
                      self.cache_write_tokens + other.cache_write_tokens, self.output_tokens + other.output_tokens,
-                     self.reasoning_tokens + other.reasoning_tokens, self.cost_units + other.cost_units)
+                     self.reasoning_tokens + other.reasoning_tokens, self.cost_units + other.cost_units,
+                     self.cache_write_1h_tokens + other.cache_write_1h_tokens,
+                     self.web_search_calls + other.web_search_calls, self.fee_units + other.fee_units,
+                     self.provider_cost_units + other.provider_cost_units,
+                     self.provider_costed + other.provider_costed)
+
+    @property
+    def cache_writes(self) -> int:
+        """Cache writes of both lifetimes (5 minutes and 1 hour)."""
+        return self.cache_write_tokens + self.cache_write_1h_tokens
 
     @property
     def input_side(self) -> int:
-        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
+        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens + self.cache_write_1h_tokens
 
     @property
     def billed_tokens(self) -> int:
-        """The four billing categories; reasoning is inside output."""
+        """The five billing categories; reasoning is inside output."""
         return self.input_side + self.output_tokens
 
     @property
     def cache_hit_rate(self) -> float:
+        """Cache reads over the whole input side, 1-hour writes included (SPEC version 3)."""
         return self.cache_read_tokens / self.input_side if self.input_side else 0.0
+
+    @property
+    def provider_cost(self) -> int | None:
+        """The upstream's own cost, None when no request reported one."""
+        return self.provider_cost_units if self.provider_costed else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +117,29 @@ class TagWorkloadRow:
 
 
 @dataclass(frozen=True, slots=True)
+class BandRow:
+    """A model and tier's requests priced in one long-context band (0: below every band)."""
+
+    model: str
+    tier: str
+    above_input_tokens: int
+    usage: Usage
+    cost_share: float
+
+
+@dataclass(frozen=True, slots=True)
+class SpeedRow:
+    """What a model and tier delivered to streamed requests with upstream usage (store.speed)."""
+
+    model: str
+    tier: str
+    requests: int
+    output_tokens_per_s_p50: float
+    ttft_ms_p50: int
+    ttft_ms_p95: int
+
+
+@dataclass(frozen=True, slots=True)
 class Day:
     date: date
     usage: Usage
@@ -101,7 +150,7 @@ class Day:
 class Hour:
     hour: int  # local hour of day, 0-23
     requests: int
-    tokens: int  # the four billing categories
+    tokens: int  # the five billing categories
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +166,8 @@ class WhatIf:
     all_standard_units: int
     all_highspeed_units: int
     without_cache_units: int
+    all_batch_units: int = 0  # each model at its batch tier where it has one, else as billed
+    all_flex_units: int = 0  # each model at its flex tier where it has one, else as billed
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,10 +212,12 @@ class Report:
     by_tag: tuple[TagRow, ...]
     by_workload: tuple[WorkloadRow, ...]
     by_tag_workload: tuple[TagWorkloadRow, ...]
+    by_band: tuple[BandRow, ...]
     workload_summary: str
     daily: tuple[Day, ...]
     hourly_profile: tuple[Hour, ...]
     peak_to_offpeak_ratio: float
+    speed: tuple[SpeedRow, ...]
     forecast: Forecast
     what_if: WhatIf
     reprice: Reprice | None  # only with --reprice-at

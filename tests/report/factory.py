@@ -8,12 +8,14 @@ from typing import Any
 
 from proxy.report.model import (
     Assumption,
+    BandRow,
     Day,
     Forecast,
     Hour,
     ModelRow,
     Report,
     SelfHosting,
+    SpeedRow,
     TagRow,
     TagWorkloadRow,
     TenantRow,
@@ -43,10 +45,12 @@ def worked_report(**over: Any) -> Report:
                      WorkloadRow("long", 32768, Usage(), 0.0), WorkloadRow("very_long", 131072, BOTH, 1.0)),
         by_tag_workload=(TagWorkloadRow("rag-search", "very_long", RAG, 400 / 674),
                          TagWorkloadRow("untagged", "very_long", CACHED, 274 / 674)),
+        by_band=(BandRow("kimi-k3.1-pro", "standard", 0, BOTH, 1.0),),
         workload_summary="very-long-document requests are 100% of calls and 100% of cost.",
         daily=days, hourly_profile=hours, peak_to_offpeak_ratio=0.0,
+        speed=(SpeedRow("kimi-k3.1-pro", "standard", 1, 52.5, 640, 640),),
         forecast=Forecast(True, 674 * USD, 240_000_000, "the month is complete: actual totals"),
-        what_if=WhatIf(674 * USD, 1334 * USD, 800 * USD), reprice=None,
+        what_if=WhatIf(674 * USD, 1334 * USD, 800 * USD, 674 * USD, 674 * USD), reprice=None,
         self_hosting=SelfHosting(
             assumptions=(Assumption("nodes", "2", "launch coverage"),
                          Assumption("node_capex_usd", "600000", "launch coverage")),

@@ -18,8 +18,8 @@ from tests.report.dom import Page
 from tests.report.factory import BOTH, USD, worked_report
 
 SPEC_KEYS = ["month", "timezone", "tenant", "generated_at", "totals", "cache_hit_rate", "estimated_share",
-             "unpriced_models", "by_model", "by_tenant", "by_tag", "by_workload", "by_tag_workload",
-             "workload_summary", "daily", "hourly_profile", "peak_to_offpeak_ratio", "forecast", "what_if",
+             "unpriced_models", "by_model", "by_tenant", "by_tag", "by_workload", "by_tag_workload", "by_band",
+             "workload_summary", "daily", "hourly_profile", "peak_to_offpeak_ratio", "speed", "forecast", "what_if",
              "self_hosting"]
 HOSTILE = '=HYPERLINK("http://evil","x")'
 
@@ -28,7 +28,15 @@ def test_json_keys_and_exact_money() -> None:
     d = json.loads(render(worked_report(), "json"))
     assert list(d) == SPEC_KEYS
     assert d["totals"]["cost_usd"] == "674" and d["what_if"] == {
-        "all_standard_usd": "674", "all_highspeed_usd": "1334", "without_cache_usd": "800"}
+        "all_standard_usd": "674", "all_highspeed_usd": "1334", "without_cache_usd": "800",
+        "all_batch_usd": "674", "all_flex_usd": "674"}
+    assert d["by_band"] == [{"model": "kimi-k3.1-pro", "tier": "standard", "above_input_tokens": 0, "requests": 2,
+                             "input_tokens": 130_000_000, "cache_read_tokens": 70_000_000, "cache_write_tokens": 0,
+                             "output_tokens": 40_000_000, "reasoning_tokens": 0, "cache_write_1h_tokens": 0,
+                             "web_search_calls": 0, "cost_usd": "674", "fees_usd": "0", "provider_cost_usd": None,
+                             "cost_share": 1.0}]
+    assert d["speed"] == [{"model": "kimi-k3.1-pro", "tier": "standard", "requests": 1,
+                           "output_tokens_per_s_p50": 52.5, "ttft_ms_p50": 640, "ttft_ms_p95": 640}]
     assert d["generated_at"] == "2026-12-01T08:00:00Z"
     assert d["self_hosting"]["monthly_cost_usd"] == "55961.3333333333"
     assert d["daily"][2]["cost_by_model_tier"] == {"kimi-k3.1-pro/standard": "674"}
@@ -77,7 +85,9 @@ def test_csv_sections_and_numbers_as_written() -> None:
     rows = list(csv.DictReader(io.StringIO(render(worked_report(), "csv"))))
     assert [r["section"] for r in rows][:2] == ["totals", "by_model"]
     assert {r["section"] for r in rows} == {"totals", "by_model", "by_tenant", "by_tag", "by_workload",
-                                            "by_tag_workload", "daily", "hourly"}
+                                            "by_tag_workload", "daily", "hourly", "by_band", "speed"}
+    [speed] = [r for r in rows if r["section"] == "speed"]
+    assert (speed["model"], speed["output_tokens_per_s_p50"], speed["ttft_ms_p95"]) == ("kimi-k3.1-pro", "52.5", "640")
     assert [r["cost_usd"] for r in rows if r["section"] == "totals"] == ["674"]
     assert len([r for r in rows if r["section"] == "hourly"]) == 24
 
@@ -102,7 +112,10 @@ def test_html_tables_are_tables_with_units_alignment_and_totals() -> None:
     page = _page()
     sections = {t.section: t for t in page.tables}
     assert {"by_model", "by_tenant", "by_tag", "by_workload", "by_tag_workload", "daily", "totals", "what_if",
-            "self_hosting", "assumptions"} <= set(sections)
+            "self_hosting", "assumptions", "by_band", "speed"} <= set(sections)
+    # A month with no 1-hour writes, fees or provider cost shows none of their columns.
+    assert not {"cache write 1h tokens", "web search calls", "fees in cost USD", "provider cost USD"} & set(
+        sections["by_model"].headers)
     by_model = sections["by_model"]
     assert by_model.headers[:5] == ["model", "tier", "upstream", "requests count", "input tokens"]
     assert "cost USD" in by_model.headers and "share of cost %" in by_model.headers

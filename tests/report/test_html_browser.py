@@ -11,7 +11,7 @@ from tests.report import browser
 from tests.report.dom import Page
 
 TABLES = {"by_model", "totals", "by_tenant", "by_tag", "by_workload", "by_tag_workload", "daily", "what_if",
-          "self_hosting", "assumptions"}
+          "self_hosting", "assumptions", "by_band", "speed"}
 CHARTS = ["daily-cost", "token-mix", "cache-by-day", "tag-workload", "hourly", "breakeven"]
 
 
@@ -22,8 +22,14 @@ def test_seeded_month_in_chromium(build: Callable[[str], Report], tmp_path: Path
     dom = Page(browser.dump_dom(page))
 
     assert {t.section for t in dom.tables} == TABLES
+    sections = {t.section: t for t in dom.tables}
+    # The seeded ledger has no time to first token: the speed table says so in one cell.
+    assert [[text for _, text in row] for row in sections["speed"].rows] == [
+        ["No streamed requests with usage from the upstream this month."]]
     for table in dom.tables:
-        assert table.headers and all(len(row) == len(table.headers) for row in table.rows), table.section
+        if table.section != "speed":
+            assert table.headers and all(len(row) == len(table.headers) for row in table.rows), table.section
+    assert [row[2][1] for row in sections["by_band"].rows] == ["base", "base"]  # the shipped Kimi entries have no band
     by_model = {t.section: t for t in dom.tables}["by_model"]
     assert by_model.total[0] == "Total" and by_model.total[-2] == "$72.66"  # the seeded month's cost
     assert all(cls == "n" for row in by_model.rows for cls, _ in row[3:])  # numbers aligned right

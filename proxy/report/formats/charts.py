@@ -61,8 +61,11 @@ def daily_cost(r: Report) -> Chart:
 
 
 def token_mix(r: Report) -> Chart:
-    kinds = (("input", "input_tokens"), ("cache read", "cache_read_tokens"), ("cache write", "cache_write_tokens"),
-             ("output", "output_tokens"))
+    kinds: tuple[tuple[str, str], ...] = (("input", "input_tokens"), ("cache read", "cache_read_tokens"),
+                                          ("cache write", "cache_write_tokens"))
+    if r.totals.usage.cache_write_1h_tokens:
+        kinds += (("cache write 1h", "cache_write_1h_tokens"),)
+    kinds += (("output", "output_tokens"),)
     series = [Series(name, [float(getattr(d.usage, field)) for d in r.daily], PALETTE[i])
               for i, (name, field) in enumerate(kinds)]
     short, full = _day_names(r)

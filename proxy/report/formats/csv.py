@@ -14,16 +14,27 @@ from proxy.export import csv_writer, spreadsheet_text
 from proxy.report.formats.json import report_dict
 from proxy.report.model import Report
 
-SECTIONS = ("totals", "by_model", "by_tenant", "by_tag", "by_workload", "by_tag_workload", "daily", "hourly")
+SECTIONS = ("totals", "by_model", "by_tenant", "by_tag", "by_workload", "by_tag_workload", "daily", "hourly",
+            "by_band", "speed")
+# Version 3's columns come after every earlier one, so a reader of the earlier layout finds
+# its columns where they were; the new sections' own columns follow them.
+_V3_COLUMNS = ("cache_write_1h_tokens", "web_search_calls", "fees_usd", "provider_cost_usd")
+_V3_SECTIONS = ("by_band", "speed")
 # Columns whose text is a number llmmeter wrote: never altered.
-_NUMBERS = frozenset({"cost_usd"})
+_NUMBERS = frozenset({"cost_usd", "fees_usd", "provider_cost_usd"})
 
 
 def render_csv(r: Report) -> str:
     d = report_dict(r)
     tables: list[tuple[str, list[dict[str, Any]]]] = [("totals", [d["totals"]])]
-    tables += [(name, d[name]) for name in SECTIONS[1:-1]] + [("hourly", d["hourly_profile"])]
+    tables += [(name, d[name]) for name in SECTIONS[1:7]] + [("hourly", d["hourly_profile"])]
+    tables += [(name, d[name]) for name in _V3_SECTIONS]
     columns: list[str] = ["section"]
+    for name, rows in tables:
+        if name not in _V3_SECTIONS:
+            for row in rows:
+                columns += [k for k in row if k not in columns and k not in _V3_COLUMNS]
+    columns += _V3_COLUMNS
     for _, rows in tables:
         for row in rows:
             columns += [k for k in row if k not in columns]

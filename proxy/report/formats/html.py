@@ -69,7 +69,9 @@ def render_html(r: Report) -> str:
              "<h2>Tokens</h2>", _figure(charts["token-mix"]), _table(tables["totals"]), _figure(charts["cache-by-day"]),
              "<h2>Who and what</h2>", _table(tables["by_tenant"]), _table(tables["by_tag"]),
              _figure(charts["tag-workload"]), _table(tables["by_workload"]), _table(tables["by_tag_workload"]),
+             _table(tables["by_band"]),
              "<h2>When</h2>", _figure(charts["hourly"]), _forecast(r), _table(tables["daily"]),
+             "<h2>Speed</h2>", _table(tables["speed"]),
              "<h2>What if</h2>", _table(tables["what_if"]),
              "<h2>Self-hosting</h2>", _figure(charts["breakeven"]), _table(tables["self_hosting"]),
              _table(tables["assumptions"])]
@@ -81,6 +83,11 @@ def render_html(r: Report) -> str:
 def _cards(r: Report) -> str:
     t, f, sh = r.totals.usage, r.forecast, r.self_hosting
     cards = [("Cost this month", money(t.cost_units), f"{count(r.totals.unpriced_requests)} unpriced requests"),
+             *((("Provider-reported cost", money(t.provider_cost_units),
+                 f"over {count(t.provider_costed)} request{'s' if t.provider_costed != 1 else ''} that reported "
+                 "one"),) if t.provider_costed else ()),
+             *((("Fees", money(t.fee_units), f"{count(t.web_search_calls)} web search calls, in the cost"),)
+               if t.web_search_calls or t.fee_units else ()),
              ("Requests", count(t.requests), f"{percent(r.estimated_share)} with estimated usage"),
              ("Tokens", compact(t.billed_tokens), "input, cache and output"),
              ("Cache-hit rate", percent(r.cache_hit_rate), "of input-side tokens")]
@@ -118,7 +125,7 @@ def _table(t: Table) -> str:
         return "<tr>" + "".join(f"<td{_align(i, t)}>{esc(v)}</td>" for i, v in enumerate(values)) + "</tr>"
 
     foot = f"<tfoot>{row(t.total)}</tfoot>" if t.total else ""
-    body = "".join(row(v) for v in t.rows) or f'<tr><td colspan="{len(t.columns)}">No requests this month.</td></tr>'
+    body = "".join(row(v) for v in t.rows) or f'<tr><td colspan="{len(t.columns)}">{esc(t.empty)}</td></tr>'
     note = f'<p class="note">{esc(t.note)}</p>' if t.note else ""
     return (f'<div class="scroll"><table data-section="{esc(t.key)}"><caption>{esc(t.title)}</caption>'
             f"<thead><tr>{''.join(head(i) for i in range(len(t.columns)))}</tr></thead>"

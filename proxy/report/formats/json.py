@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from pricing import format_usd
-from proxy.report.model import Day, Report, SelfHosting, Usage
+from proxy.report.model import Day, Report, SelfHosting, SpeedRow, Usage
 from proxy.times import rfc3339
 
 
@@ -21,7 +21,7 @@ def report_dict(r: Report) -> dict[str, Any]:
         "month": r.month, "timezone": r.timezone, "tenant": r.tenant,
         "generated_at": rfc3339(r.generated_at, "seconds"),
         "totals": {"requests": t.usage.requests, **tokens(t.usage), "estimated_requests": t.estimated_requests,
-                   "unpriced_requests": t.unpriced_requests, "cost_usd": format_usd(t.usage.cost_units)},
+                   "unpriced_requests": t.unpriced_requests, **money(t.usage)},
         "cache_hit_rate": r.cache_hit_rate, "estimated_share": r.estimated_share,
         "unpriced_models": list(r.unpriced_models),
     }
@@ -30,12 +30,14 @@ def report_dict(r: Report) -> dict[str, Any]:
     d["daily"] = [day(x) for x in r.daily]
     d["hourly_profile"] = [{"hour": h.hour, "requests": h.requests, "tokens": h.tokens} for h in r.hourly_profile]
     d["peak_to_offpeak_ratio"] = r.peak_to_offpeak_ratio
+    d["speed"] = [speed(x) for x in r.speed]
     f, w = r.forecast, r.what_if
     d["forecast"] = {"month_complete": f.month_complete, "projected_cost_usd": format_usd(f.projected_cost_units),
                      "projected_tokens": f.projected_tokens, "method": f.method}
     d["what_if"] = {"all_standard_usd": format_usd(w.all_standard_units),
                     "all_highspeed_usd": format_usd(w.all_highspeed_units),
-                    "without_cache_usd": format_usd(w.without_cache_units)}
+                    "without_cache_usd": format_usd(w.without_cache_units),
+                    "all_batch_usd": format_usd(w.all_batch_units), "all_flex_usd": format_usd(w.all_flex_units)}
     if r.reprice is not None:
         d["reprice"] = {"at": rfc3339(r.reprice.at, "auto"), "cost_usd": format_usd(r.reprice.cost_units)}
     d["self_hosting"] = self_hosting(r.self_hosting)
@@ -45,15 +47,23 @@ def report_dict(r: Report) -> dict[str, Any]:
 def tokens(u: Usage) -> dict[str, int]:
     return {"input_tokens": u.input_tokens, "cache_read_tokens": u.cache_read_tokens,
             "cache_write_tokens": u.cache_write_tokens, "output_tokens": u.output_tokens,
-            "reasoning_tokens": u.reasoning_tokens}
+            "reasoning_tokens": u.reasoning_tokens, "cache_write_1h_tokens": u.cache_write_1h_tokens,
+            "web_search_calls": u.web_search_calls}
+
+
+def money(u: Usage) -> dict[str, str | None]:
+    """cost_usd, the fees inside it, and the upstream's own figure (null when no request had one)."""
+    provider = u.provider_cost
+    return {"cost_usd": format_usd(u.cost_units), "fees_usd": format_usd(u.fee_units),
+            "provider_cost_usd": None if provider is None else format_usd(provider)}
 
 
 def _usage(u: Usage, share: float) -> dict[str, Any]:
-    return {"requests": u.requests, **tokens(u), "cost_usd": format_usd(u.cost_units), "cost_share": share}
+    return {"requests": u.requests, **tokens(u), **money(u), "cost_share": share}
 
 
 def sections(r: Report) -> dict[str, list[dict[str, Any]]]:
-    """The breakdowns (by_model ... by_tag_workload), in the contract's order."""
+    """The breakdowns (by_model ... by_tag_workload, by_band), in the contract's order."""
     return {
         "by_model": [{"model": x.model, "tier": x.tier, "upstream": x.upstream, **_usage(x.usage, x.cost_share)}
                      for x in r.by_model],
@@ -66,13 +76,20 @@ def sections(r: Report) -> dict[str, list[dict[str, Any]]]:
                         for x in r.by_workload],
         "by_tag_workload": [{"tag": x.tag, "workload": x.workload, **_usage(x.usage, x.cost_share)}
                             for x in r.by_tag_workload],
+        "by_band": [{"model": x.model, "tier": x.tier, "above_input_tokens": x.above_input_tokens,
+                     **_usage(x.usage, x.cost_share)} for x in r.by_band],
     }
 
 
 def day(x: Day) -> dict[str, Any]:
-    return {"date": x.date.isoformat(), "requests": x.usage.requests, **tokens(x.usage),
-            "cost_usd": format_usd(x.usage.cost_units),
+    return {"date": x.date.isoformat(), "requests": x.usage.requests, **tokens(x.usage), **money(x.usage),
             "cost_by_model_tier": {k: format_usd(v) for k, v in x.cost_by_model_tier}}
+
+
+def speed(x: SpeedRow) -> dict[str, Any]:
+    return {"model": x.model, "tier": x.tier, "requests": x.requests,
+            "output_tokens_per_s_p50": x.output_tokens_per_s_p50, "ttft_ms_p50": x.ttft_ms_p50,
+            "ttft_ms_p95": x.ttft_ms_p95}
 
 
 def self_hosting(sh: SelfHosting) -> dict[str, Any]:

@@ -14,11 +14,16 @@ def render_md(r: Report) -> str:
     parts = [f"# llmmeter usage report: {r.month} ({r.timezone}{scope})", "",
              f"**{money(t.usage.cost_units)}** for {count(t.usage.requests)} requests; cache-hit rate "
              f"{percent(r.cache_hit_rate)}; {percent(r.estimated_share)} of requests had estimated usage.", ""]
+    if t.usage.provider_costed:
+        n = t.usage.provider_costed
+        parts += [f"The upstreams' own figure: {money(t.usage.provider_cost_units)} over {count(n)} "
+                  f"request{'s' if n != 1 else ''} that reported a cost.", ""]
     if r.unpriced_models:
         parts += [f"Unpriced models (cost unknown): {', '.join(map(_cell, r.unpriced_models))}.", ""]
     for key in ("totals", "by_model", "by_tenant", "by_tag", "by_workload", "by_tag_workload"):
         parts += _section(tables[key])
     parts += [r.workload_summary, ""]
+    parts += _section(tables["by_band"])
     parts += _section(tables["daily"])
     peak = max(r.hourly_profile, key=lambda h: h.tokens)
     parts += [f"Busiest local hour: {peak.hour:02d}:00 ({count(peak.tokens)} tokens). Peak-to-off-peak "
@@ -27,6 +32,7 @@ def render_md(r: Report) -> str:
     if not f.month_complete:
         parts += [f"Forecast: {money(f.projected_cost_units)} and {count(f.projected_tokens)} tokens by month "
                   f"end ({f.method}).", ""]
+    parts += _section(tables["speed"])
     parts += _section(tables["what_if"])
     parts += ["## Self-hosting", "", r.self_hosting.summary, "", _table(tables["self_hosting"]), "",
               _table(tables["assumptions"]), ""]
@@ -34,7 +40,7 @@ def render_md(r: Report) -> str:
 
 
 def _section(table: Table) -> list[str]:
-    lines = [f"## {table.title}", "", _table(table), ""]
+    lines = [f"## {table.title}", "", _table(table) if table.rows else table.empty, ""]
     return lines + ([table.note, ""] if table.note else [])
 
 

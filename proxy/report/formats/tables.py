@@ -34,36 +34,74 @@ class Table:
     rows: tuple[tuple[str, ...], ...]
     total: tuple[str, ...] | None = None
     note: str = ""
+    empty: str = "No requests this month."  # shown in place of rows when there are none
 
 
 def _label(title: str) -> Column:
     return Column(title, numeric=False)
 
 
-_USAGE = (Column("requests", "count"), Column("input", "tokens"), Column("cache read", "tokens"),
-          Column("cache write", "tokens"), Column("output", "tokens"), Column("cost", "USD"),
-          Column("share of cost", "%"))
 _HITS = Column("cache-hit rate", "%")
+NO_PROVIDER_COST = "-"  # no request of the row reported a provider cost: unknown, not zero
 
 
-def _usage(u: Usage, share: float) -> tuple[str, ...]:
-    return (count(u.requests), count(u.input_tokens), count(u.cache_read_tokens), count(u.cache_write_tokens),
-            count(u.output_tokens), money(u.cost_units), percent(share))
+@dataclass(frozen=True, slots=True)
+class UsageColumns:
+    """The usage columns a report's tables show: the version-3 ones only when the month has any
+    (1-hour cache writes, web search calls and their fees, a provider's own cost)."""
+
+    one_hour: bool = False
+    fees: bool = False
+    provider: bool = False
+
+    @classmethod
+    def of(cls, whole: Usage) -> UsageColumns:
+        return cls(one_hour=bool(whole.cache_write_1h_tokens), fees=bool(whole.web_search_calls or whole.fee_units),
+                   provider=bool(whole.provider_costed))
+
+    def columns(self, share: bool = True, reasoning: bool = False) -> tuple[Column, ...]:
+        return (Column("requests", "count"), Column("input", "tokens"), Column("cache read", "tokens"),
+                Column("cache write", "tokens"),
+                *((Column("cache write 1h", "tokens"),) if self.one_hour else ()),
+                Column("output", "tokens"), *((Column("reasoning", "tokens"),) if reasoning else ()),
+                *((Column("web search", "calls"),) if self.fees else ()),
+                Column("cost", "USD"), *((Column("fees in cost", "USD"),) if self.fees else ()),
+                *((Column("provider cost", "USD"),) if self.provider else ()),
+                *((Column("share of cost", "%"),) if share else ()))
+
+    def values(self, u: Usage, share: float | None = None, reasoning: bool = False) -> tuple[str, ...]:
+        provider = u.provider_cost
+        return (count(u.requests), count(u.input_tokens), count(u.cache_read_tokens), count(u.cache_write_tokens),
+                *((count(u.cache_write_1h_tokens),) if self.one_hour else ()),
+                count(u.output_tokens), *((count(u.reasoning_tokens),) if reasoning else ()),
+                *((count(u.web_search_calls),) if self.fees else ()),
+                money(u.cost_units), *((money(u.fee_units),) if self.fees else ()),
+                *((NO_PROVIDER_COST if provider is None else money(provider),) if self.provider else ()),
+                *((percent(share),) if share is not None else ()))
+
+    def note(self) -> str:
+        notes = []
+        if self.fees:
+            notes.append("Fees (web search calls) are part of the cost.")
+        if self.provider:
+            notes.append("Provider cost is what the upstream itself reported (OpenRouter, xAI), over the "
+                         f"requests that reported one; {NO_PROVIDER_COST} where none did.")
+        return " ".join(notes)
 
 
 def _sum(usages: Sequence[Usage]) -> Usage:
     return sum(usages, Usage())
 
 
-def _breakdown(key: str, title: str, labels: Sequence[str], rows: Sequence[tuple[Sequence[str], Usage, float]],
-               hits: bool = False, extra: Sequence[Column] = (),
+def _breakdown(cols: UsageColumns, key: str, title: str, labels: Sequence[str],
+               rows: Sequence[tuple[Sequence[str], Usage, float]], hits: bool = False, extra: Sequence[Column] = (),
                extra_values: Callable[[int], Sequence[str]] = lambda i: ()) -> Table:
     """Label columns, the usage columns, then `extra` columns; a totals row summing the rows shown."""
-    columns = (*map(_label, labels), *_USAGE, *((_HITS,) if hits else ()), *extra)
-    body = tuple((*names, *_usage(u, share), *((percent(u.cache_hit_rate),) if hits else ()), *extra_values(i))
-                 for i, (names, u, share) in enumerate(rows))
+    columns = (*map(_label, labels), *cols.columns(), *((_HITS,) if hits else ()), *extra)
+    body = tuple((*names, *cols.values(u, share), *((percent(u.cache_hit_rate),) if hits else ()),
+                  *extra_values(i)) for i, (names, u, share) in enumerate(rows))
     whole = _sum([u for _, u, _ in rows])
-    total = ("Total", *([""] * (len(labels) - 1)), *_usage(whole, sum(s for _, _, s in rows)),
+    total = ("Total", *([""] * (len(labels) - 1)), *cols.values(whole, sum(s for _, _, s in rows)),
              *((percent(whole.cache_hit_rate),) if hits else ()), *([""] * len(extra)))
     return Table(key, title, columns, body, total if rows else None)
 
@@ -71,27 +109,29 @@ def _breakdown(key: str, title: str, labels: Sequence[str], rows: Sequence[tuple
 def report_tables(r: Report) -> dict[str, Table]:
     """Every table of the report, by section key."""
     t = r.totals.usage
+    cols = UsageColumns.of(t)
     tables = [
-        Table("totals", "Totals", (Column("requests", "count"), Column("input", "tokens"),
-                                   Column("cache read", "tokens"), Column("cache write", "tokens"),
-                                   Column("output", "tokens"), Column("reasoning", "tokens"), Column("cost", "USD")),
-              ((count(t.requests), count(t.input_tokens), count(t.cache_read_tokens), count(t.cache_write_tokens),
-                count(t.output_tokens), count(t.reasoning_tokens), money(t.cost_units)),),
-              note="Reasoning tokens are part of output tokens, and billed as output."),
-        _by_model(r),
-        _breakdown("by_tenant", "By tenant", ("tenant",),
+        Table("totals", "Totals", cols.columns(share=False, reasoning=True),
+              (cols.values(t, reasoning=True),),
+              note=" ".join(("Reasoning tokens are part of output tokens, and billed as output.", cols.note()))
+              .strip()),
+        _by_model(r, cols),
+        _breakdown(cols, "by_tenant", "By tenant", ("tenant",),
                    [((x.tenant,), x.usage, x.cost_share) for x in r.by_tenant],
                    extra=(Column("input side p50", "tokens/request"), Column("input side p95", "tokens/request")),
                    extra_values=lambda i: (count(r.by_tenant[i].input_tokens_p50),
                                            count(r.by_tenant[i].input_tokens_p95))),
-        _breakdown("by_tag", "By tag", ("tag",), [((x.tag,), x.usage, x.cost_share) for x in r.by_tag], hits=True),
-        _breakdown("by_workload", "By workload", ("workload", "from input side"),
+        _breakdown(cols, "by_tag", "By tag", ("tag",), [((x.tag,), x.usage, x.cost_share) for x in r.by_tag],
+                   hits=True),
+        _breakdown(cols, "by_workload", "By workload", ("workload", "from input side"),
                    [((WORKLOAD_NAMES.get(x.workload, x.workload), f"{x.min_input_tokens:,} tokens"), x.usage,
                      x.cost_share) for x in r.by_workload], hits=True),
-        _breakdown("by_tag_workload", "By tag and workload", ("tag", "workload"),
+        _breakdown(cols, "by_tag_workload", "By tag and workload", ("tag", "workload"),
                    [((x.tag, WORKLOAD_NAMES.get(x.workload, x.workload or "-")), x.usage, x.cost_share)
                     for x in r.by_tag_workload]),
-        _daily(r),
+        _by_band(r, cols),
+        _speed(r),
+        _daily(r, cols),
         _what_if(r),
         _self_hosting(r.self_hosting),
         _assumptions(r.self_hosting),
@@ -99,10 +139,10 @@ def report_tables(r: Report) -> dict[str, Table]:
     return {table.key: table for table in tables}
 
 
-def _by_model(r: Report) -> Table:
-    table = _breakdown("by_model", "By model and tier", ("model", "tier", "upstream"),
+def _by_model(r: Report, cols: UsageColumns) -> Table:
+    table = _breakdown(cols, "by_model", "By model and tier", ("model", "tier", "upstream"),
                        [((x.model, x.tier or "-", x.upstream), x.usage, x.cost_share) for x in r.by_model])
-    cost = len(table.columns) - 2
+    cost = [c.title for c in table.columns].index("cost")
     unpriced = set(r.unpriced_models)
     # A model with no price has an unknown cost, not a zero one.
     rows = tuple((*row[:cost], "unpriced", *row[cost + 1:]) if x.model in unpriced and not x.usage.cost_units
@@ -111,14 +151,52 @@ def _by_model(r: Report) -> Table:
                  note="Unpriced models are left out of the costs." if unpriced else "")
 
 
-def _daily(r: Report) -> Table:
+def band_name(above: int) -> str:
+    return f"above {above:,} tokens" if above else "base"
+
+
+def _by_band(r: Report, cols: UsageColumns) -> Table:
+    table = _breakdown(cols, "by_band", "By long-context band", ("model", "tier", "band"),
+                       [((x.model, x.tier or "-", band_name(x.above_input_tokens)), x.usage, x.cost_share)
+                        for x in r.by_band])
+    note = ("A band is chosen per request on its whole input side (input, cache reads and writes); the whole "
+            "request is priced at it. 'base': below every band of its price entry.")
+    return Table(table.key, table.title, table.columns, table.rows, table.total, note=note)
+
+
+def _speed(r: Report) -> Table:
+    """Speed beside what each model and tier cost per million tokens: what a faster tier's premium bought."""
+    per_model: dict[tuple[str, str], Usage] = {}
+    for x in r.by_model:
+        per_model[(x.model, x.tier)] = per_model.get((x.model, x.tier), Usage()) + x.usage
+
+    def per_million(model: str, tier: str) -> str:
+        u = per_model.get((model, tier))
+        if u is None or not u.billed_tokens or not u.cost_units:
+            return "-"
+        return money(u.cost_units * 10**6 // u.billed_tokens)
+
+    columns = (_label("model"), _label("tier"), Column("streamed requests", "count"),
+               Column("output speed p50", "tokens/s"), Column("time to first token p50", "ms"),
+               Column("time to first token p95", "ms"), Column("cost per million tokens", "USD"))
+    rows = tuple((x.model, x.tier or "-", count(x.requests), f"{x.output_tokens_per_s_p50:,.1f}",
+                  count(x.ttft_ms_p50), count(x.ttft_ms_p95), per_million(x.model, x.tier)) for x in r.speed)
+    return Table("speed", "Speed by model and tier", columns, rows,
+                 note="Streamed requests with usage from the upstream. Output speed: output tokens over the "
+                      "time after the first token; time to first token from the request's arrival. The cost per "
+                      "million tokens (all billing categories) is the month's, so a faster tier's premium can be "
+                      "weighed against the speed it bought.",
+                 empty="No streamed requests with usage from the upstream this month.")
+
+
+def _daily(r: Report, cols: UsageColumns) -> Table:
     # SPEC: a month in progress lists its days up to today (the report's local day).
     today = r.generated_at.astimezone(ZoneInfo(r.timezone)).date()
     days = [d for d in r.daily if r.forecast.month_complete or d.date <= today]
-    columns = (_label("date"), *_USAGE[:6])
-    rows = tuple((d.date.isoformat(), *_usage(d.usage, 0.0)[:6]) for d in days)
+    columns = (_label("date"), *cols.columns(share=False))
+    rows = tuple((d.date.isoformat(), *cols.values(d.usage)) for d in days)
     whole = _sum([d.usage for d in days])
-    return Table("daily", "Daily", columns, rows, ("Total", *_usage(whole, 0.0)[:6]) if rows else None,
+    return Table("daily", "Daily", columns, rows, ("Total", *cols.values(whole)) if rows else None,
                  note=f"Local days in {r.timezone}" + ("." if r.forecast.month_complete else ", up to today."))
 
 
@@ -127,6 +205,8 @@ def _what_if(r: Report) -> Table:
     scenarios: tuple[tuple[str, int], ...] = (
         ("as billed", billed), ("every model at its standard tier", w.all_standard_units),
         ("every model at its highspeed tier, where it has one", w.all_highspeed_units),
+        ("every model at its batch tier, where it has one (else as billed)", w.all_batch_units),
+        ("every model at its flex tier, where it has one (else as billed)", w.all_flex_units),
         ("without cache: cached tokens billed as input", w.without_cache_units))
     if r.reprice is not None:
         scenarios += ((f"at the prices in force at {r.reprice.at:%Y-%m-%d %H:%M} UTC", r.reprice.cost_units),)
