@@ -101,7 +101,13 @@ def mixed_records(n: int, seed: int = 3) -> list[Record]:
             outcome=rng.choice(("ok", "rejected", "client_closed")),
             usage_source=rng.choice(("upstream", "estimated")), reasoning_tokens=rng.choice((None, 7)),
             input_tokens=rng.choice((rng.randrange(0, 200_000), 4096)), cache_read_tokens=rng.randrange(0, 3),
-            cache_write_tokens=0, cost_units=rng.choice((None, rng.randrange(0, 10**15)))))
+            cache_write_tokens=0, cost_units=rng.choice((None, rng.randrange(0, 10**15))),
+            # Version 2 (007): bands in the rollup's key, fees and provider cost summed in two parts.
+            cache_write_1h_tokens=rng.choice((0, rng.randrange(0, 50_000))), web_search_calls=rng.randrange(0, 4),
+            price_band=rng.choice((None, 0, 200_000)), fee_units=rng.choice((None, 0, rng.randrange(0, 10**13))),
+            provider_cost_units=rng.choice((None, rng.randrange(0, 10**15))),
+            stream=rng.random() < 0.7, ttft_ms=rng.choice((None, rng.randrange(0, 3000))),
+            duration_ms=rng.randrange(0, 6000), output_tokens=rng.randrange(0, 5000)))
     return out
 
 
@@ -129,8 +135,13 @@ def test_same_answers_as_sqlite(pg_url: str, tmp_path: Path, ledgers: list[Ledge
                 lite.store.input_side_percentiles(lo, hi, tenant, percents)
             assert pg.count(lo, hi, tenant) == lite.count(lo, hi, tenant)
             assert list(pg.rows(lo, hi, tenant)) == list(lite.rows(lo, hi, tenant))
+            assert pg.store.speed(lo, hi, tenant) == lite.store.speed(lo, hi, tenant)
         assert pg.store.cost_by_tenant(lo, hi) == lite.store.cost_by_tenant(lo, hi)
     assert sum(r.requests for r in pg.store.hourly_rows(*whole, None)) == len(records)
+    assert {r.price_band for r in pg.store.hourly_rows(*whole, None)} == {0, 200_000}
+    assert sum(r.provider_costed for r in pg.store.hourly_rows(*whole, None)) == sum(
+        r.provider_cost_units is not None for r in records)
+    assert sum(r.requests for r in pg.store.speed(*whole)) > 100
     # The half-hour range is summed from the requests (HOURLY_SQL); the whole month from the rollup.
     where = "start >= %s AND start < %s"
     scanned = named_rows(pg_url, HOURLY_SQL.format(where=where), (to_micros(whole[0]), to_micros(whole[1])))
