@@ -8,7 +8,6 @@ an object with no token field at all is no usage (None), which is not the same a
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import orjson
 
 from pricing.calculator import MAX_FEE_CALLS
+from proxy.protocol.body_text import chat_text, messages_text, no_text, responses_body_text
 from proxy.protocol.cost import provider_cost, reports_cost
 
 # A thousand times a 1M-token context window: beyond any real request, such a count is a bug
@@ -360,30 +360,8 @@ def read_body(endpoint: str, body: bytes) -> tuple[Observed, Callable[[], str]]:
     return observed, completion_text
 
 
-def _chat_text(obj: dict[str, Any]) -> str:
-    out: list[str] = []
-    for c in _dicts(obj.get("choices")):
-        msg = c.get("message")
-        if isinstance(msg, dict):
-            _strs(out, msg, ("content", "reasoning_content", "reasoning", "refusal"))
-            _parts(out, msg.get("content"))
-            for call in _dicts(msg.get("tool_calls")):
-                _strs(out, call.get("function"), ("name", "arguments"))
-            _strs(out, msg.get("function_call"), ("name", "arguments"))
-        _strs(out, c, ("text",))  # legacy completions
-    return "\n".join(out)
-
-
 def _chat_observed(obj: dict[str, Any], raw: str | bytes) -> Observed:
     return _openai_observed(obj, openai_usage(obj, raw))
-
-
-def _no_text(obj: dict[str, Any]) -> str:
-    return ""
-
-
-def _responses_text(obj: dict[str, Any]) -> str:
-    return "\n".join(responses_text(obj))
 
 
 def responses_observed(resp: dict[str, Any], raw: str | bytes) -> Observed:
@@ -398,35 +376,6 @@ def responses_observed(resp: dict[str, Any], raw: str | bytes) -> Observed:
         else:
             usage.web_search_calls = calls
     return Observed(usage, meta(resp.get("model")), meta(resp.get("service_tier")), None, meta(resp.get("id")))
-
-
-def responses_text(resp: dict[str, Any]) -> list[str]:
-    out: list[str] = []
-    for item in _dicts(resp.get("output")):
-        kind = item.get("type")
-        if kind == "message":
-            for part in _dicts(item.get("content")):
-                _strs(out, part, ("text", "refusal"))
-        elif kind == "reasoning":
-            for key in ("summary", "content"):
-                for part in _dicts(item.get(key)):
-                    _strs(out, part, ("text",))
-        elif kind in ("function_call", "custom_tool_call"):
-            _strs(out, item, ("name", "arguments", "input"))
-    return out
-
-
-def _messages_text(obj: dict[str, Any]) -> str:
-    out: list[str] = []
-    for block in _dicts(obj.get("content")):
-        _strs(out, block, ("text", "thinking"))
-        if block.get("type") in ("tool_use", "server_tool_use"):
-            _strs(out, block, ("name",))
-            if "input" in block:
-                # Nested deeper than orjson writes: lose its text, not the usage.
-                with contextlib.suppress(orjson.JSONEncodeError):
-                    out.append(orjson.dumps(block["input"], default=str).decode())
-    return "\n".join(out)
 
 
 def _messages_observed(obj: dict[str, Any], raw: str | bytes) -> Observed:
@@ -449,25 +398,11 @@ def _dicts(v: object) -> list[dict[str, Any]]:
     return [x for x in v if isinstance(x, dict)] if isinstance(v, list) else []
 
 
-def _strs(out: list[str], obj: object, keys: tuple[str, ...]) -> None:
-    if isinstance(obj, dict):
-        for k in keys:
-            v = obj.get(k)
-            if isinstance(v, str) and v:
-                out.append(v)
-
-
-def _parts(out: list[str], content: object) -> None:
-    """Content given as a list of parts, as some servers send it."""
-    for part in _dicts(content):
-        _strs(out, part, ("text",))
-
-
 # endpoint -> (what the body reports, its completion text)
 _BODIES: dict[str, tuple[Callable[[dict[str, Any], bytes], Observed], Callable[[dict[str, Any]], str]]] = {
-    "chat": (_chat_observed, _chat_text),
-    "completions": (_chat_observed, _chat_text),
-    "embeddings": (_chat_observed, _no_text),
-    "responses": (responses_observed, _responses_text),
-    "messages": (_messages_observed, _messages_text),
+    "chat": (_chat_observed, chat_text),
+    "completions": (_chat_observed, chat_text),
+    "embeddings": (_chat_observed, no_text),
+    "responses": (responses_observed, responses_body_text),
+    "messages": (_messages_observed, messages_text),
 }

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 from datetime import UTC, datetime
+from decimal import MAX_EMAX, MIN_EMIN, ROUND_HALF_EVEN, Context, Decimal
 from typing import Any
 
 from hypothesis import HealthCheck, example, given, settings
@@ -18,10 +19,12 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from pricing import PriceBook, default_tables_dir, load_dir
+from pricing.calculator import MAX_PROVIDER_COST_UNITS
 from proxy.ledger.record import Record
 from proxy.metering.estimate.estimator import Estimator
 from proxy.metering.meter import Exchange, Meter
 from proxy.metrics.metrics import Metrics
+from proxy.protocol.cost import PROVIDER_COST_ROUNDED
 from proxy.protocol.sse import SSEReader
 from proxy.protocol.tap import StreamTap
 from proxy.protocol.usage import INVALID_FIELD, MAX_TOKENS, NEGATIVE_CLAMPED, Usage, parse_body
@@ -195,6 +198,48 @@ def test_parse_body_fuzz(endpoint: str, body: bytes) -> None:
 def _counts_ok(u: Usage) -> None:
     for n in (u.input_tokens, u.cache_read_tokens, u.cache_write_tokens, u.output_tokens, u.reasoning_tokens or 0):
         assert type(n) is int and 0 <= n <= MAX_TOKENS
+
+
+# --- provider cost, read from the text --------------------------------------------------
+
+_WIDE = Context(prec=1000, Emax=MAX_EMAX, Emin=MIN_EMIN)
+money_text = st.one_of(
+    st.decimals(allow_nan=False, allow_infinity=False).map(str),
+    st.decimals(min_value=0, max_value=10**9, places=14).map(str),
+    st.integers(-(2**70), 2**70).map(str),
+    st.floats(allow_nan=False, allow_infinity=False).map(repr),
+    st.sampled_from(['"0.1"', "true", "false", "null", "[]", "{}", "1e-400", "0.000000000150000000000000000001"]),
+)
+
+
+def _expected_units(text: str, scale: int) -> int | None:
+    """The amount as SPEC reads it: exact, half-even, 0 to MAX_PROVIDER_COST_UNITS, else not kept."""
+    v = json.loads(text, parse_float=Decimal)
+    if type(v) is not int and not isinstance(v, Decimal):
+        return None
+    d = Decimal(v)
+    if d < 0 or len(d.as_tuple().digits) > 100:
+        return None
+    scaled = d.scaleb(scale, _WIDE)
+    if scaled > MAX_PROVIDER_COST_UNITS:
+        return None
+    return int(scaled.to_integral_value(ROUND_HALF_EVEN, _WIDE))
+
+
+@MANY
+@given(money_text, st.sampled_from(["cost", "cost_in_usd_ticks"]))
+def test_provider_cost_fuzz(text: str, key: str) -> None:
+    body = ('{"model":"m","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1,"%s":%s}}'
+            % (key, text)).encode()
+    u = parse_body("chat", body)[0].usage
+    if u is None:  # orjson refused the number (out of a double's range): no report at all
+        return
+    want = _expected_units(text, 10 if key == "cost" else 0)
+    assert u.provider_cost_units == want, (text, u.flags)
+    assert (INVALID_FIELD in u.flags) == (want is None and text != "null")
+    if want is not None:
+        exact = Decimal(json.loads(text, parse_float=Decimal)).scaleb(10 if key == "cost" else 0, _WIDE)
+        assert (PROVIDER_COST_ROUNDED in u.flags) == (exact != want)
 
 
 # --- the SSE reader ----------------------------------------------------------------------
