@@ -268,17 +268,28 @@ def _prices_check(args: argparse.Namespace) -> int:
 
 
 def _prices_show(args: argparse.Namespace) -> int:
+    from decimal import Decimal
+
     from proxy.export import parse_when
 
     at = parse_when(args.at, ZoneInfo("UTC")) if args.at else datetime.now(UTC)
     book = PriceBook(load_dir(args.dir or default_tables_dir()))
-    rows = sorted(book.in_force(at), key=lambda p: (p.model, p.tier, p.upstream or ""))
-    print(f"prices in force at {at.isoformat()} (USD per million tokens)")
+    rows = sorted(book.in_force(at), key=lambda p: (p.model, p.tier, p.upstream or "", p.inference_geo or ""))
+    print(f"prices in force at {at.isoformat()} (USD per million tokens; web search USD per 1,000 calls)")
     print(f"{'model':<28} {'tier':<10} {'upstream':<12} {'input':>9} {'cache_read':>10} "
-          f"{'cache_write':>11} {'output':>9}  effective_from")
+          f"{'cache_write':>11} {'output':>9} {'cache_write_1h':>14} {'web_search_1k':>13} {'geo':<6} effective_from")
+
+    def usd(v: Decimal | None) -> str:  # plain notation, as written: never 1E-10
+        return "-" if v is None else format(v, "f")
+
     for p in rows:
-        print(f"{p.model:<28} {p.tier:<10} {p.upstream or '-':<12} {p.input:>9} {p.cache_read:>10} "
-              f"{p.cache_write:>11} {p.output:>9}  {p.effective_from.isoformat()}")
+        print(f"{p.model:<28} {p.tier:<10} {p.upstream or '-':<12} {usd(p.input):>9} {usd(p.cache_read):>10} "
+              f"{usd(p.cache_write):>11} {usd(p.output):>9} {usd(p.cache_write_1h):>14} "
+              f"{usd(p.web_search_per_1k):>13} {p.inference_geo or '-':<6} {p.effective_from.isoformat()}")
+        for band in p.bands:  # one line each; a price the band leaves out is the entry's
+            prices = ("input", "cache_read", "cache_write", "output", "cache_write_1h")
+            given = ", ".join(f"{k} {usd(v)}" for k in prices if (v := getattr(band, k)) is not None)
+            print(f"  band above {band.above_input_tokens:,} input-side tokens: {given}")
     return 0
 
 

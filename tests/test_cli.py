@@ -51,6 +51,36 @@ def test_prices_show_default_has_kimi_highspeed() -> None:
                                                        ("standard", "2.00", "10.00")]
 
 
+V2 = GOOD.replace('source = "test"', '''source = "test"
+cache_write_1h = "3.2"
+web_search_per_1k = "10.00"
+inference_geo = "us"
+
+[[price.band]]
+above_input_tokens = 200000
+input = "4.00"
+output = "15.00"
+
+[[price.band]]
+above_input_tokens = 1000000
+cache_write_1h = "0.0000000001"
+''')
+
+
+def test_prices_show_prints_the_version_2_prices_and_one_line_per_band(tmp_path: Path) -> None:
+    (tmp_path / "t.toml").write_text(GOOD + "\n" + V2)
+    r = run("prices", "show", "--at", "2026-11-01", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[1].split()[7:11] == ["cache_write_1h", "web_search_1k", "geo", "effective_from"]
+    rows = [line.split() for line in lines if line.startswith("m ")]
+    # The plain entry shows "-" for what it does not price; the us entry its 1-hour write, fee and region.
+    assert [x[7:10] for x in rows] == [["-", "-", "-"], ["3.2", "10.00", "us"]]
+    i = lines.index(next(line for line in lines if line.startswith("m ") and " us " in line))
+    assert lines[i + 1:i + 3] == ["  band above 200,000 input-side tokens: input 4.00, output 15.00",
+                                  "  band above 1,000,000 input-side tokens: cache_write_1h 0.0000000001"]
+
+
 def test_keys_new_prints_a_key_and_its_digest() -> None:
     r = run("keys", "new", "search-team")
     assert r.returncode == 0
