@@ -229,8 +229,8 @@ def _expected_units(text: str, scale: int) -> int | None:
 @MANY
 @given(money_text, st.sampled_from(["cost", "cost_in_usd_ticks"]))
 def test_provider_cost_fuzz(text: str, key: str) -> None:
-    body = ('{"model":"m","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1,"%s":%s}}'
-            % (key, text)).encode()
+    body = b'{"model":"m","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1,"' + key.encode() \
+        + b'":' + text.encode() + b"}}"
     u = parse_body("chat", body)[0].usage
     if u is None:  # orjson refused the number (out of a double's range): no report at all
         return
