@@ -66,7 +66,8 @@ class LLMMeter:
         self.group = GroupCommit(parts.ledger.append_many)
         meter = Meter(parts.book, self.estimator, s.workloads, self.group, parts.metrics,
                       frozenset(u.name for u in s.upstreams if u.hidden_output == "from_total"))
-        self.relay = Relay(s, Router(s.upstreams), self.upstreams, meter, parts.metrics)
+        self.relay = Relay(s, Router(s.upstreams), self.upstreams, meter, parts.metrics,
+                           pending=lambda: parts.ledger.pending)
         self.admin = _admin_app(parts)
         # What the serving protocol (proxy/server/protocol.py) takes from the app it serves.
         self.server_limits = ServerLimits.from_settings(s)

@@ -18,9 +18,11 @@ from typing import Any
 from proxy.errors import Broken, MalformedResponse, PoolTimeout, StreamBroken, Unreachable, error_body
 from proxy.metering.meter import Exchange, Meter
 from proxy.metrics.metrics import Metrics
+from proxy.protocol.batch import Download
 from proxy.protocol.names import METERED
 from proxy.protocol.tap import StreamTap
 from proxy.protocol.usage import Observed, read_body
+from proxy.relay.batch import MAX_HELD, BatchMeter, Counted, Pace, named_here
 from proxy.relay.decode import Decoder, decoder_for
 from proxy.upstream.client import Response, UpstreamClient
 from proxy.upstream.routing import response_headers
@@ -42,12 +44,17 @@ class Outbound:
     body: bytes
     drop_usage_only: bool  # llmmeter asked for the usage chunk: remove it on the way back
     anthropic: bool  # errors in Anthropic's shape
+    download: Download | None = None  # batch results: each line metered on the way (SPEC "Batch jobs")
+    public_url: str | None = None  # set: a results_url in the (batch object) answer is made to name llmmeter
 
 
 class Forwarder:
-    def __init__(self, meter: Meter, metrics: Metrics, max_decompressed: int) -> None:
+    def __init__(self, meter: Meter, metrics: Metrics, max_decompressed: int,
+                 pending: Callable[[], int] | None = None) -> None:
         self.meter, self.metrics = meter, metrics
         self.max_decompressed = max_decompressed
+        self.counted = Counted()  # batch results already in /metrics
+        self.pace = Pace(pending)  # `pending`: the ledger's records not yet in the database
 
     async def run(self, ex: Exchange, out: Outbound, send: Send) -> None:
         """Forward, relay and record. Raises StreamBroken when the upstream failed after the
@@ -143,15 +150,30 @@ class _Stream:
         self.edit = out.drop_usage_only and self.tap is not None
         self.decoded_out = self.edit and self.decoder is not None
         self.buffered = bytearray()
+        ok = 200 <= resp.status < 300
+        self.batch = BatchMeter(fwd.meter, ex, out.download, fwd.max_decompressed, fwd.counted, encoding) \
+            if out.download is not None and ok else None
+        self.public_url = out.public_url if ok and resp.content_type == "application/json" else None
 
     async def relay(self) -> None:
         ex, resp, send = self.ex, self.resp, self.send
+        held: bytes | None = None
+        if self.public_url is not None:
+            held = await self._hold(self.public_url)
+            if held is None:  # rewritten and sent
+                return
         t_mark = time.perf_counter()
         await send({"type": "http.response.start", "status": resp.status,
                     "headers": response_headers(resp.raw_headers, body_edited=self.edit,
                                                 decoded=self.decoded_out)})
         ex.overhead_s += time.perf_counter() - t_mark
         last = b""
+        if held is not None:  # held for a rewrite that did not happen: it goes on as it came
+            if resp.at_end:
+                await self._record(ended=True)
+                await send({"type": "http.response.body", "body": held, "more_body": False})
+                return
+            await send({"type": "http.response.body", "body": held, "more_body": True})
         async for chunk in resp:
             t_mark = time.perf_counter()
             out = self._take(chunk)
@@ -165,6 +187,8 @@ class _Stream:
             ex.overhead_s += time.perf_counter() - t_mark
             if out:
                 await send({"type": "http.response.body", "body": out, "more_body": True})
+            if self.batch is not None:
+                await self.fwd.pace()
         t_mark = time.perf_counter()
         if self.tap is not None:
             last += self.tap.finish()
@@ -173,9 +197,33 @@ class _Stream:
         ex.overhead_s += time.perf_counter() - t_mark
         await send({"type": "http.response.body", "body": last, "more_body": False})
 
+    async def _hold(self, public_url: str) -> bytes | None:
+        """A message-batch object, held whole (it is small) so that its results_url can name
+        llmmeter, then sent with its new length. Returns what was held when it was not
+        rewritten (too large, not JSON, nothing to change), for the caller to relay as it came;
+        None when it was."""
+        resp = self.resp
+        held = bytearray()
+        async for chunk in resp:
+            held += chunk
+            if len(held) > MAX_HELD:
+                return bytes(held)
+        coding = (resp.header(b"content-encoding") or "").strip().lower()
+        body = named_here(bytes(held), coding, public_url)
+        if body is None:
+            return bytes(held)
+        headers = response_headers(resp.raw_headers, body_edited=True, decoded=coding not in ("", "identity"))
+        await self.send({"type": "http.response.start", "status": resp.status,
+                         "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+        await self._record(ended=True)
+        await self.send({"type": "http.response.body", "body": body, "more_body": False})
+        return None
+
     def _take(self, chunk: bytes) -> bytes:
         """Feeds the meter; returns what goes to the client."""
         if not self.metered:
+            if self.batch is not None:
+                self.batch.feed(chunk)
             return chunk
         decoder, tap = self.decoder, self.tap
         if tap is not None:
@@ -211,7 +259,9 @@ class _Stream:
             await self.fwd.finish(ex, tap.observed(), tap.completion_text)
             return
         if not self.metered:
-            self.fwd.meter.record(ex, Observed(), None, "upstream")
+            if self.batch is not None and ended:
+                self.batch.finish()
+            self.fwd.meter.record(ex, self._download_observed(), None, "upstream")
             return
         if self.decoder is not None:
             self.decoder.close()
@@ -231,8 +281,17 @@ class _Stream:
             return
         self.recorded = True
         tap = self.tap
-        observed = tap.observed() if tap is not None else Observed()
+        observed = tap.observed() if tap is not None else self._download_observed()
         await self.fwd.finish(self.ex, observed, tap.completion_text if tap is not None else str)
+
+    def _download_observed(self) -> Observed:
+        """A batch download's own record: flagged with what its lines could not give."""
+        batch = self.batch
+        if batch is None:
+            return Observed()
+        batch.close()
+        batch.count_faults()
+        return Observed(faults=batch.faults())
 
 
 def _failure(e: BaseException) -> tuple[str, str]:

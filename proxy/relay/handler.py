@@ -21,6 +21,7 @@ import orjson
 from proxy.errors import error_body
 from proxy.metering.meter import Exchange, Meter, bounded, clean_tag
 from proxy.metrics.metrics import Metrics
+from proxy.protocol.batch import batch_download, names_results_url
 from proxy.protocol.names import CHAT_STYLE, ENDPOINT_PATHS, METERED
 from proxy.protocol.usage import Observed
 from proxy.relay.forward import Forwarder, Outbound, send_whole
@@ -41,10 +42,11 @@ class _TooLarge(Exception):
 
 class Relay:
     def __init__(self, settings: Settings, router: Router, upstreams: Upstreams, meter: Meter,
-                 metrics: Metrics) -> None:
+                 metrics: Metrics, pending: Callable[[], int] | None = None) -> None:
         self.settings, self.router, self.upstreams = settings, router, upstreams
         self.meter, self.metrics = meter, metrics
-        self.forwarder = Forwarder(meter, metrics, settings.max_decompressed_mb * 1024 * 1024)
+        # `pending`: the ledger's backlog, which a batch download waits on (proxy/relay/batch.py).
+        self.forwarder = Forwarder(meter, metrics, settings.max_decompressed_mb * 1024 * 1024, pending)
         self.max_body = settings.max_body_mb * 1024 * 1024
         # sha256(key) hex -> tenant; compared with hmac.compare_digest below.
         self.keys = [(h, t.name) for t in settings.tenants for h in t.key_sha256]
@@ -105,10 +107,15 @@ class Relay:
         if ex.stream and endpoint in CHAT_STYLE and up.inject_include_usage:
             body, drop_usage_only = _inject_include_usage(ex.request, body)
 
-        out_headers = request_headers(headers, up, metered=endpoint in METERED, anthropic=anthropic,
+        # Batch results are metered line by line; a batch object's results_url is made to name llmmeter.
+        download = batch_download(method, path)
+        public_url = self.settings.public_url if self.settings.public_url and names_results_url(path) else None
+        read = endpoint in METERED or download is not None or public_url is not None
+        out_headers = request_headers(headers, up, metered=read, anthropic=anthropic,
                                       strip_client_auth=bool(self.keys))
         url = target_url(up, path, scope.get("query_string", b""))
-        out = Outbound(self.upstreams[up.name], method, url, out_headers, body, drop_usage_only, anthropic)
+        out = Outbound(self.upstreams[up.name], method, url, out_headers, body, drop_usage_only, anthropic,
+                       download, public_url)
         await self._forward(ex, out, scope, receive, send)
 
     async def _forward(self, ex: Exchange, out: Outbound, scope: Scope, receive: Receive, send: Send) -> None:
