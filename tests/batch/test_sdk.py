@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import orjson
+import psycopg
 from anthropic import Anthropic
 from openai import OpenAI
 
@@ -42,14 +43,22 @@ def batch_rows(proxy: Served, expect: int) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: r["upstream_request_id"])
 
 
+ROLLUP = ("SELECT COALESCE(SUM(requests), 0), COALESCE(SUM(input_tokens), 0), "
+          "COALESCE(SUM(cost_usd * 10000000000 + cost_units), 0) FROM hourly_rollup WHERE tier = 'batch'")
+
+
 def rollup(proxy: Served) -> tuple[int, int, int]:
-    con = sqlite3.connect(proxy.db)
-    try:
-        row = con.execute("SELECT COALESCE(SUM(requests), 0), COALESCE(SUM(input_tokens), 0), "
-                          "COALESCE(SUM(cost_usd * 10000000000 + cost_units), 0) FROM hourly_rollup "
-                          "WHERE tier = 'batch'").fetchone()
-    finally:
-        con.close()
+    """The batch tier's requests, input tokens and cost (units) as the hourly rollup has them."""
+    if proxy.db_url.startswith("postgresql://"):
+        with psycopg.connect(proxy.db_url) as pg:
+            row = pg.execute(ROLLUP).fetchone()
+    else:
+        con = sqlite3.connect(proxy.db)
+        try:
+            row = con.execute(ROLLUP).fetchone()
+        finally:
+            con.close()
+    assert row is not None
     return int(row[0]), int(row[1]), int(row[2])
 
 
@@ -79,9 +88,9 @@ def test_openai_sdk_batch_output_file_metered_at_the_batch_tier(batch_upstream: 
 
 
 def test_downloading_twice_bills_once_in_ledger_rollup_and_metrics(batch_upstream: BatchUpstream,
-                                                                    meter_for: Any) -> None:
+                                                                    meter_for: Any, ledger_db: str | None) -> None:
     batch_upstream.files["file-x"] = OPENAI_FILE
-    proxy = meter_for(batch_upstream.url)
+    proxy = meter_for(batch_upstream.url, db=ledger_db)
     client = OpenAI(base_url=proxy.base_url, api_key="sk-client", max_retries=0)
     client.files.content("file-x")
     first = batch_rows(proxy, expect=3)
