@@ -77,8 +77,15 @@ class Forwarder:
             kind, outcome = _failure(e)
             self._upstream_error(out, kind)
             ex.outcome = outcome
-            await stream.record_partial()
             log.warning("upstream %s %s mid-response: %s", out.client.upstream.name, kind, e)
+            if stream.held:  # nothing went out yet (a batch object being held): the client gets an error
+                ex.code = 504 if kind == "timeout" else 502
+                await stream.record_partial()
+                await send_whole(send, ex.code, error_body(f"the upstream failed mid-response: {e}",
+                                                           "api_error" if out.anthropic else "upstream_error",
+                                                           outcome, out.anthropic))
+                return
+            await stream.record_partial()
             raise StreamBroken(f"upstream {kind} mid-response") from e
         finally:
             if not stream.recorded:
@@ -154,6 +161,7 @@ class _Stream:
         self.batch = BatchMeter(fwd.meter, ex, out.download, fwd.max_decompressed, fwd.counted, encoding) \
             if out.download is not None and ok else None
         self.public_url = out.public_url if ok and resp.content_type == "application/json" else None
+        self.held = False  # the answer is being held whole, nothing of it sent yet
 
     async def relay(self) -> None:
         ex, resp, send = self.ex, self.resp, self.send
@@ -204,10 +212,14 @@ class _Stream:
         None when it was."""
         resp = self.resp
         held = bytearray()
+        self.held = True
         async for chunk in resp:
             held += chunk
             if len(held) > MAX_HELD:
-                return bytes(held)
+                break
+        self.held = False
+        if len(held) > MAX_HELD:
+            return bytes(held)
         coding = (resp.header(b"content-encoding") or "").strip().lower()
         body = named_here(bytes(held), coding, public_url)
         if body is None:

@@ -207,3 +207,17 @@ def test_a_hundred_thousand_line_file_streams_through_in_flat_memory(batch_upstr
     assert max(grown[-3:]) - max(grown[:3]) < 16 * 1024, grown
     rows = proxy.rows(expect=total + 2, timeout=60)
     assert len([r for r in rows if r["endpoint"] == "batch"]) == total
+
+
+def test_a_batch_object_cut_short_is_a_502_before_any_byte(meter_for: Any) -> None:
+    def script(req: Request, conn: Conn) -> bool:  # promises 500 bytes, sends 30, hangs up
+        conn.send(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n"
+                  b'{"id": "x", "results_url": "ht')
+        return False
+
+    with Rogue(script) as rogue:
+        proxy = meter_for(rogue.url)
+        r = httpx.get(proxy.url + "/v1/messages/batches/x")
+        assert r.status_code == 502 and r.json()["type"] == "error"  # Anthropic's error shape
+        [row] = proxy.rows(expect=1)
+        assert (row["code"], row["outcome"]) == (502, "upstream_reset")
