@@ -146,6 +146,11 @@ class BatchMeter:
         not read, what was counted stays counted."""
         self._counted.note(self._key, self.results)
 
+    @property
+    def held(self) -> int:
+        """Bytes of an unfinished line held now (never more than the line cap)."""
+        return self._lines.held
+
     def faults(self) -> tuple[str, ...]:
         """The download record's flags: each kind once (the metrics count the rest, see `count_faults`)."""
         out = []
@@ -165,6 +170,11 @@ class BatchMeter:
                 self._meter.metrics.faults.adder((kind,))(n)
 
     def _take(self, data: bytes) -> None:
+        if not self._checked and not self._lines.held:
+            first = data.lstrip()[:1]
+            if first and first != b"{":  # not JSON lines (a PDF, an image): not even its first line is held
+                self.off = True
+                return
         for line in self._lines.feed(data):
             if self.off:
                 return

@@ -178,6 +178,10 @@ def test_a_file_that_holds_no_results_is_not_read() -> None:
     assert bm.off and isinstance(kept, Kept) and kept.records == [] and bm.faults() == ()
     bm = run(meter, OPENAI, "file-pdf", b"%PDF-1.7\n" + bytes(range(256)) * 100)
     assert bm.off and kept.records == []
+    # A binary file with no newline for a long way is given up at its first byte, not held.
+    bm = BatchMeter(meter, download_exchange(), Download(OPENAI, "file-bin"), 1 << 20, Counted())
+    bm.feed(b"\x89PNG" + b"\x00" * 100_000)
+    assert bm.off and bm.held == 0
 
 
 def test_a_compressed_download_is_read_the_cap_applying_per_line() -> None:
