@@ -15,6 +15,8 @@ METERED = frozenset({"chat", "completions", "embeddings", "responses", "messages
 # Batch results downloaded through llmmeter: one record per result line (SPEC "Batch jobs").
 BATCH = "batch"
 ENDPOINTS = frozenset({*ENDPOINT_PATHS.values(), BATCH, "other"})
+# Endpoints whose records carry tokens and a cost: what the ledger's sums call metered.
+BILLED = METERED | {BATCH}
 CHAT_STYLE = frozenset({"chat", "completions"})  # where llmmeter may ask for the usage chunk
 
 OUTCOMES = ("ok", "upstream_http_error", "upstream_unreachable", "upstream_timeout", "upstream_reset",

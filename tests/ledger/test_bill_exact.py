@@ -240,3 +240,25 @@ def test_speed_per_model_and_tier(db_url: str, ledgers: list[Ledger]) -> None:
     assert ledger.store.speed(lo, lo + HOUR_US) == []
     reader = open_store(db_url, read_only=True)
     assert reader.speed(lo, hi) == got
+
+
+def test_batch_records_are_billed_rows_in_the_rollup(db_url: str, ledgers: list[Ledger]) -> None:
+    # A batch result is as metered as a chat request: it must reach by_model, by_tag and by_band,
+    # and an unpriced one must count as unpriced, on both databases (the PostgreSQL trigger
+    # names the endpoints itself).
+    ledger = Ledger(db_url)
+    ledgers.append(ledger)
+    ledger.start()
+    hour = datetime(2026, 11, 4, 9, tzinfo=UTC)
+    base = dict(tenant="a", tag="nightly", model="gpt-5.1", tier="batch", workload="short", endpoint="batch")
+    ledger.append_many([
+        full_record(1, start=hour, cost_units=625, **base),
+        full_record(2, start=hour, cost_units=None, fee_units=None, price_band=None, price_model=None,
+                    price_tier=None, price_effective_from=None, **base),
+    ])
+    assert ledger.flush() and ledger.rejected == 0
+    rows = ledger.store.hourly_rows(*MONTH, None)
+    assert all(r.metered for r in rows)
+    totals = (sum(r.requests for r in rows), sum(r.unpriced for r in rows), sum(r.cost_units for r in rows))
+    assert totals == (2, 1, 625)
+    assert sorted(ledger.store.hourly(*MONTH, None)) == scanned(db_url)

@@ -46,14 +46,14 @@ BEGIN
         SELECT start / 3600000000 AS hour, COALESCE(model, model_requested, '') AS model,
                (model IS NULL)::int AS unpriced_model, COALESCE(tier, '') AS tier, upstream, tenant,
                COALESCE(tag, '') AS tag, COALESCE(workload, '') AS workload,
-               (endpoint IN ('chat', 'completions', 'embeddings', 'responses', 'messages'))::int AS metered,
+               (endpoint IN ('batch', 'chat', 'completions', 'embeddings', 'messages', 'responses'))::int AS metered,
                COALESCE(price_band, 0) AS price_band,
                COUNT(*) AS requests, SUM(input_tokens) AS input_tokens, SUM(cache_read_tokens) AS cache_read_tokens,
                SUM(cache_write_tokens) AS cache_write_tokens, SUM(output_tokens) AS output_tokens,
                COALESCE(SUM(reasoning_tokens), 0) AS reasoning_tokens,
                COUNT(*) FILTER (WHERE usage_source = 'estimated') AS estimated,
                COUNT(*) FILTER (WHERE cost_units IS NULL AND outcome != 'rejected'
-                                AND endpoint IN ('chat', 'completions', 'embeddings', 'responses', 'messages'))
+                                AND endpoint IN ('batch', 'chat', 'completions', 'embeddings', 'messages', 'responses'))
                    AS unpriced,
                COALESCE(SUM(cost_units / 10000000000 + cost_carry * 100000000), 0)::bigint AS usd,
                COALESCE(SUM(cost_units % 10000000000), 0)::bigint AS rest,
@@ -97,7 +97,7 @@ BEGIN
     SELECT a.start / 3600000000, a.tenant,
            (SELECT MAX(lo) FROM input_side_bounds WHERE lo <= a.input_tokens + a.cache_read_tokens
                                                           + a.cache_write_tokens + a.cache_write_1h_tokens), COUNT(*)
-    FROM added a WHERE a.endpoint IN ('chat', 'completions', 'embeddings', 'responses', 'messages')
+    FROM added a WHERE a.endpoint IN ('batch', 'chat', 'completions', 'embeddings', 'messages', 'responses')
     GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
     ON CONFLICT (hour, tenant, bucket) DO UPDATE SET requests = h.requests + excluded.requests;
     RETURN NULL;

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from pricing.calculator import UNITS_PER_USD
 from proxy.ledger.store.rows import CARRY, COLUMNS
-from proxy.protocol.names import METERED
+from proxy.protocol.names import BILLED
 
 # The report aggregates in the database: one row per UTC hour and attribution key, so
 # its memory follows the number of distinct keys, never the number of requests.
-METERED_SQL = ", ".join(f"'{endpoint}'" for endpoint in sorted(METERED))  # names from code, never a client
+METERED_SQL = ", ".join(f"'{endpoint}'" for endpoint in sorted(BILLED))  # names from code, never a client
 COST_USD = f"(cost_units / {UNITS_PER_USD} + cost_carry * {CARRY // UNITS_PER_USD})"  # whole dollars
 COST_REST = f"(cost_units - cost_units / {UNITS_PER_USD} * {UNITS_PER_USD})"  # the units below a dollar
 # Two more money parts (007): fees (a subset of the cost) and the provider's own cost, each at
