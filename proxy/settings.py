@@ -74,6 +74,25 @@ class Estimate:
 
 
 @dataclass(frozen=True, slots=True)
+class ReconcileSource:
+    """Where `llmmeter reconcile --against openai|anthropic` reads the provider's own usage and
+    cost (SPEC "Reconciliation"). The admin key is read from the environment when the command
+    runs, never stored or printed."""
+
+    admin_key_env: str
+    base_url: str
+    project_ids: tuple[str, ...] = ()  # OpenAI: narrow usage and costs to these projects
+    api_key_ids: tuple[str, ...] = ()  # OpenAI and Anthropic: narrow usage to these API keys
+    workspace_ids: tuple[str, ...] = ()  # Anthropic: narrow usage and cost to these workspaces
+
+
+RECONCILE_DEFAULTS = {
+    "openai": ReconcileSource("OPENAI_ADMIN_KEY", "https://api.openai.com/v1"),
+    "anthropic": ReconcileSource("ANTHROPIC_ADMIN_KEY", "https://api.anthropic.com/v1"),
+}
+
+
+@dataclass(frozen=True, slots=True)
 class SelfHost:
     nodes: int = 2
     node_capex_usd: Decimal = Decimal("600000")
@@ -120,6 +139,7 @@ class Settings:
     estimate: Estimate = Estimate()
     selfhost: SelfHost = SelfHost()
     monthly_budget_usd: Decimal = Decimal(0)
+    reconcile: Mapping[str, ReconcileSource] = field(default_factory=lambda: dict(RECONCILE_DEFAULTS))
     config_file: Path | None = None
 
     @property
@@ -139,7 +159,9 @@ _SCHEMA: dict[str, set[str]] = {
                  "usd_per_kwh", "ops_usd_per_month", "node_prefill_tokens_per_s",
                  "node_decode_tokens_per_s"},
     "budget": {"monthly_usd"},
+    "reconcile": {"openai", "anthropic"},
 }
+_RECONCILE_KEYS = {"admin_key_env", "base_url", "project_ids", "api_key_ids", "workspace_ids"}
 _ARRAYS: dict[str, set[str]] = {
     "upstream": {"name", "base_url", "anthropic_base_url", "api_key_env", "models",
                  "inject_include_usage", "self_hosted", "max_connections", "idle_s", "ca_file",
@@ -370,6 +392,7 @@ def _build(raw: dict[str, Any], src: _Source, origins: Mapping[tuple[str, str | 
         estimate=_estimate(c, tables["estimate"]),
         selfhost=_selfhost(c, tables["selfhost"]),
         monthly_budget_usd=c.money("budget", tables["budget"], "monthly_usd"),
+        reconcile=_reconcile(c, tables["reconcile"]),
         config_file=src.path,
     )
     if errors:
@@ -445,6 +468,31 @@ class _Checker:
             self.fail(table, key, i, f"{key} must be a list of non-empty strings")
             return ()
         return tuple(v)
+
+
+def _reconcile(c: _Checker, table: Mapping[str, Any]) -> dict[str, ReconcileSource]:
+    out = dict(RECONCILE_DEFAULTS)
+    for name, default in RECONCILE_DEFAULTS.items():
+        section = f"reconcile.{name}"
+        d = table.get(name, {})
+        if not isinstance(d, dict):
+            c.fail("reconcile", name, 0, f"[{section}] must be a table")
+            continue
+        for key in d:
+            if key not in _RECONCILE_KEYS:
+                known = ", ".join(sorted(_RECONCILE_KEYS))
+                c.fail(section, key, 0, f"unknown key {key!r} in [{section}] (known: {known})")
+        base = c.str_(section, d, "base_url", default.base_url)
+        if not re.match(r"^https?://[^/\s]+", base):
+            c.fail(section, "base_url", 0, "base_url must be an http:// or https:// URL")
+        env = c.str_(section, d, "admin_key_env", default.admin_key_env)
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*\Z", env):
+            # Not echoed: a key pasted here by mistake must not reach a terminal or a log.
+            c.fail(section, "admin_key_env", 0, "admin_key_env is not an environment variable name (it names "
+                   "the variable that holds the admin key, e.g. OPENAI_ADMIN_KEY)")
+        out[name] = ReconcileSource(env, base.rstrip("/"), c.globs(section, d, "project_ids", 0),
+                                    c.globs(section, d, "api_key_ids", 0), c.globs(section, d, "workspace_ids", 0))
+    return out
 
 
 def _upstreams(c: _Checker, items: list[dict[str, Any]]) -> tuple[Upstream, ...]:

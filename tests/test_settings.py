@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from proxy.errors import ConfigError
-from proxy.settings import load, redact_url, resolve_api_keys, tenant_name_problem
+from proxy.settings import ReconcileSource, load, redact_url, resolve_api_keys, tenant_name_problem
 
 FULL = """\
 [server]
@@ -329,3 +329,17 @@ def test_public_url_is_an_address_without_query(tmp_path: Path) -> None:
     for bad in ("llm.example.com", "https://x/?a=1", "ftp://x", "https://x/#f"):
         with pytest.raises(ConfigError, match="public_url must be an http"):
             load(write(tmp_path, f'[server]\npublic_url = "{bad}"\n'), env={})
+
+
+def test_reconcile_sources_have_defaults_and_narrowing_ids(tmp_path: Path) -> None:
+    s = load(None, env={})
+    assert s.reconcile["openai"].base_url == "https://api.openai.com/v1"
+    assert s.reconcile["anthropic"].admin_key_env == "ANTHROPIC_ADMIN_KEY"
+    s = load(write(tmp_path, '[reconcile.openai]\nadmin_key_env = "ORG_ADMIN"\nproject_ids = ["proj_1"]\n'
+                             'base_url = "http://127.0.0.1:9/v1/"\n'), env={})
+    assert s.reconcile["openai"] == ReconcileSource("ORG_ADMIN", "http://127.0.0.1:9/v1", ("proj_1",))
+    with pytest.raises(ConfigError, match=r"llmmeter.toml:2: unknown key 'admin_key' in \[reconcile.anthropic\]"):
+        load(write(tmp_path, '[reconcile.anthropic]\nadmin_key = "sk-ant-admin"\n'), env={})
+    with pytest.raises(ConfigError, match="not an environment variable name") as e:
+        load(write(tmp_path, '[reconcile.openai]\nadmin_key_env = "sk-admin-123 secret"\n'), env={})
+    assert "sk-admin" not in str(e.value)  # a key pasted in by mistake is not echoed
