@@ -84,6 +84,7 @@ class ReconcileSource:
     project_ids: tuple[str, ...] = ()  # OpenAI: narrow usage and costs to these projects
     api_key_ids: tuple[str, ...] = ()  # OpenAI and Anthropic: narrow usage to these API keys
     workspace_ids: tuple[str, ...] = ()  # Anthropic: narrow usage and cost to these workspaces
+    upstreams: tuple[str, ...] = ()  # the ledger side: these upstreams' records (none: every upstream)
 
 
 RECONCILE_DEFAULTS = {
@@ -161,7 +162,7 @@ _SCHEMA: dict[str, set[str]] = {
     "budget": {"monthly_usd"},
     "reconcile": {"openai", "anthropic"},
 }
-_RECONCILE_KEYS = {"admin_key_env", "base_url", "project_ids", "api_key_ids", "workspace_ids"}
+_RECONCILE_KEYS = {"admin_key_env", "base_url", "project_ids", "api_key_ids", "workspace_ids", "upstreams"}
 _ARRAYS: dict[str, set[str]] = {
     "upstream": {"name", "base_url", "anthropic_base_url", "api_key_env", "models",
                  "inject_include_usage", "self_hosted", "max_connections", "idle_s", "ca_file",
@@ -491,7 +492,8 @@ def _reconcile(c: _Checker, table: Mapping[str, Any]) -> dict[str, ReconcileSour
             c.fail(section, "admin_key_env", 0, "admin_key_env is not an environment variable name (it names "
                    "the variable that holds the admin key, e.g. OPENAI_ADMIN_KEY)")
         out[name] = ReconcileSource(env, base.rstrip("/"), c.globs(section, d, "project_ids", 0),
-                                    c.globs(section, d, "api_key_ids", 0), c.globs(section, d, "workspace_ids", 0))
+                                    c.globs(section, d, "api_key_ids", 0), c.globs(section, d, "workspace_ids", 0),
+                                    c.globs(section, d, "upstreams", 0))
     return out
 
 
