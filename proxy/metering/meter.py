@@ -12,7 +12,7 @@ import logging
 import random
 import re
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
@@ -193,12 +193,8 @@ class Meter:
     def _model_and_tier(self, ex: Exchange, observed: Observed, flags: list[str]) -> tuple[str | None, str | None]:
         """Steps 1 and 2 of SPEC "Price tables"; a failure leaves the record unpriced and flagged."""
         try:
-            canonical = self.book.canonical_model(observed.model, ex.model_requested)
-            if ex.endpoint not in METERED:
-                return canonical, None
-            return canonical, self.book.resolve_tier(observed.model or ex.model_requested,
-                                                     (observed.speed, observed.service_tier, ex.tier_requested),
-                                                     model=canonical, at=ex.start)
+            return model_and_tier(self.book, ex.endpoint, observed.model, ex.model_requested,
+                                  (observed.speed, observed.service_tier, ex.tier_requested), ex.start)
         except Exception:  # the client's response is on its way: it must not pay for a pricing bug
             self._pricing_failed(ex, flags)
             return None, None
@@ -210,30 +206,10 @@ class Meter:
         count the calculator refuses) records the request unpriced, flagged PRICING_FAILED, and
         never reaches the relay."""
         try:
-            found = self.book.resolve(model, tier, ex.start, upstream=ex.upstream or None, geo=geo)
-            if found is None:
-                return None
-            priced: Priced
-            if u.iterations:
-                priced = price_parts(found.price, (_tokens(part) for part in u.iterations))
-            else:
-                priced = price_tokens(found.price, _tokens(u))
+            return price_record(self.book, rec, model, tier, ex.start, ex.upstream, u, geo)
         except Exception:
             self._pricing_failed(ex, rec.flags)
             return None
-        self._priced(rec, found)
-        rec.flags += [f for f in priced.flags if f not in rec.flags]
-        rec.cost_units, rec.fee_units, rec.price_band = priced.cost.total, priced.cost.fees, priced.band
-        return priced.cost
-
-    @staticmethod
-    def _priced(rec: Record, found: Resolution) -> None:
-        if found.tier_fallback:
-            rec.flags.append("tier_fallback")
-        if found.geo_unpriced:
-            rec.flags.append("geo_unpriced")
-        p = found.price
-        rec.price_model, rec.price_tier, rec.price_effective_from = p.model, p.tier, p.effective_from
 
     def _pricing_failed(self, ex: Exchange, flags: list[str]) -> None:
         if PRICING_FAILED not in flags:
@@ -242,6 +218,50 @@ class Meter:
         if self.pricing_failures % _PRICING_LOG_EVERY == 1:
             log.exception("request %s could not be priced (%d so far); recorded unpriced, flagged %s",
                           ex.id, self.pricing_failures, PRICING_FAILED)
+
+
+def model_and_tier(book: PriceBook, endpoint: str, response_model: str | None, requested_model: str | None,
+                   hints: Iterable[str | None], at: datetime) -> tuple[str | None, str | None]:
+    """Steps 1 and 2 of SPEC "Price tables": the canonical model and the tier the hints (the
+    response's speed and service_tier, then the request's) resolve to at `at`; no tier off the
+    metered endpoints, always `batch` for a batch result. Pure: the meter's resolution, and
+    `llmmeter reprice`'s (proxy/ledger/reprice.py). Raises on a pricing bug."""
+    canonical = book.canonical_model(response_model, requested_model)
+    if endpoint == BATCH:
+        return canonical, BATCH
+    if endpoint not in METERED:
+        return canonical, None
+    return canonical, book.resolve_tier(response_model or requested_model, hints, model=canonical, at=at)
+
+
+def price_record(book: PriceBook, rec: Record, model: str, tier: str, at: datetime, upstream: str, u: Usage,
+                 geo: str | None = None) -> Cost | None:
+    """Step 3 and the cost, written into `rec`: its price entry, band, cost, fees and the flags
+    the pricing raised (tier_fallback, geo_unpriced, cache_ttl_unpriced, fee_unpriced). None, and
+    `rec` untouched, when no entry is in force at `at`. One band per request, or per compaction
+    pass (`u.iterations`); fees inside the cost. Raises what the calculator refuses, before `rec`
+    is touched. The meter's pricing, and `llmmeter reprice`'s."""
+    found = book.resolve(model, tier, at, upstream=upstream or None, geo=geo)
+    if found is None:
+        return None
+    priced: Priced
+    if u.iterations:
+        priced = price_parts(found.price, (_tokens(part) for part in u.iterations))
+    else:
+        priced = price_tokens(found.price, _tokens(u))
+    _priced(rec, found)
+    rec.flags += [f for f in priced.flags if f not in rec.flags]
+    rec.cost_units, rec.fee_units, rec.price_band = priced.cost.total, priced.cost.fees, priced.band
+    return priced.cost
+
+
+def _priced(rec: Record, found: Resolution) -> None:
+    if found.tier_fallback:
+        rec.flags.append("tier_fallback")
+    if found.geo_unpriced:
+        rec.flags.append("geo_unpriced")
+    p = found.price
+    rec.price_model, rec.price_tier, rec.price_effective_from = p.model, p.tier, p.effective_from
 
 
 def _tokens(u: Usage) -> Tokens:
