@@ -45,11 +45,24 @@ def test_prices_check_accepts_the_shipped_tables() -> None:
     assert f"{len(load_dir(directory))} price entries, all valid" in r.stdout
 
 
-def test_every_shipped_entry_says_where_and_when_it_was_read() -> None:
+def test_every_shipped_entry_says_where_it_was_read() -> None:
+    # Imported entries name the genai-prices release and the provider; the hand-written Kimi
+    # entries name the launch coverage they were read in.
     for p in load_dir(default_tables_dir()):
-        if p.model == "kimi-k3.1-pro":
-            continue  # read at launch, Oct-Nov 2026, before version 2
-        assert "https://" in p.source and "read 2026-12-06" in p.source, p.where
+        if p.model == "kimi-k3.1-pro" and "genai-prices" not in p.source:
+            assert "launch" in p.source, p.where
+            continue
+        assert p.source.startswith("genai-prices 0.2.5 (") and "): provider " in p.source, p.where
+        assert "genai-prices-" in p.file, p.where
+
+
+def test_kimi_k3_1_pro_stays_as_the_launch_coverage_gives_it(book: PriceBook) -> None:
+    # genai-prices adds a 1-hour cache write price; the hand-written entries keep their own.
+    launch = {"standard": ("2.00", "10.00", "0.20", "2.00"), "highspeed": ("4.00", "20.00", "0.20", "4.00")}
+    for tier, prices in launch.items():
+        p = entry(book, "kimi-k3.1-pro", tier)
+        assert (p.input, p.output, p.cache_read, p.cache_write) == tuple(Decimal(v) for v in prices)
+        assert p.cache_write_1h is None and p.file.endswith("kimi.toml")
 
 
 def test_dated_snapshot_names_reach_their_model(book: PriceBook) -> None:
@@ -134,9 +147,18 @@ def test_openai_tiers_priced_as_served(book: PriceBook, tier: str, want: str) ->
     assert dollars(priced) == Decimal(want)
 
 
-def test_batch_has_no_published_web_search_fee(book: PriceBook) -> None:
+def test_batch_web_search_at_the_standard_fee(book: PriceBook) -> None:
+    # genai-prices keeps the web search fee on batch (no batch rate is published for it):
+    # 10,000 x 0.625 / 10^6 = 0.00625; 1 call x 10 / 1,000 = 0.01
     priced = price_tokens(entry(book, "gpt-5.1", "batch"), Tokens(10_000, 0, 0, 0, web_search_calls=1))
-    assert priced.flags == ("fee_unpriced",) and priced.cost.fees == 0
+    assert (dollars(priced), usd(priced.cost.fees), priced.flags) == (Decimal("0.01625"), Decimal("0.01"), ())
+
+
+def test_anthropic_batch_halves_every_category_and_its_band(book: PriceBook) -> None:
+    # Haiku 5.5 batch, over 100,000 input-side tokens: the band's halves (input 0.25, cache read 0.025,
+    # output 1.25): 90,000 x 0.25 = 0.0225; 20,000 x 0.025 = 0.0005; 1,000 x 1.25 = 0.00125 (all / 10^6)
+    priced = price_tokens(entry(book, "claude-haiku-5-5", "batch"), Tokens(90_000, 20_000, 0, 1_000))
+    assert (dollars(priced), priced.band) == (Decimal("0.02425"), 100_000)
 
 
 def test_tier_hints_resolve_by_name_before_the_aliases(book: PriceBook) -> None:
