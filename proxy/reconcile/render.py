@@ -25,6 +25,11 @@ def render(rec: Reconciliation, fmt: str) -> str:
     return as_markdown(rec)
 
 
+def _pct_text(p: Decimal | None) -> str | None:
+    """A percentage as computed, to 0.01 (never "-0.00")."""
+    return None if p is None else str(abs(p) if p == 0 else p)
+
+
 def _num(v: Decimal | int | None) -> str | None:
     if v is None:
         return None
@@ -55,7 +60,7 @@ def _row_json(r: Row) -> dict[str, Any]:
 
     return {"date": r.day.isoformat(), "scope": r.scope, "model": r.model, "tier": r.tier,
             "llmmeter": side("llmmeter"), "provider": side("provider"),
-            "difference": {m.name: {"difference": _value(m.difference, m.name), "pct": _num(m.pct)}
+            "difference": {m.name: {"difference": _value(m.difference, m.name), "pct": _pct_text(m.pct)}
                            for m in r.measures},
             "requests": r.requests, "estimated_requests": r.estimated, "unpriced_requests": r.unpriced,
             "over_threshold": r.exceeds, "notes": r.notes}
@@ -71,7 +76,7 @@ def _value(v: Decimal | int | None, name: str) -> str | int | None:
 def _request_json(d: RequestDiff) -> dict[str, Any]:
     return {"id": d.id, "start": d.start, "upstream": d.upstream, "model": d.model, "cost_usd": _num(d.cost_usd),
             "provider_cost_usd": _num(d.provider_cost_usd), "difference_usd": _num(d.difference),
-            "pct": _num(difference_pct(d))}
+            "pct": _pct_text(difference_pct(d))}
 
 
 # --- CSV ------------------------------------------------------------------------------------
@@ -84,12 +89,12 @@ def as_csv(rec: Reconciliation) -> str:
         for m in r.measures:
             w.writerow(["row", r.day.isoformat(), r.scope, spreadsheet_text(r.model), spreadsheet_text(r.tier), "",
                         "", m.name, _num(m.llmmeter), _num(m.provider) or "", _num(m.difference) or "",
-                        _num(m.pct) or "", "true" if m.exceeds(rec.threshold_pct) else "false", r.requests,
+                        _pct_text(m.pct) or "", "true" if m.exceeds(rec.threshold_pct) else "false", r.requests,
                         r.estimated, r.unpriced, notes])
     for d in rec.requests:
         w.writerow(["request", d.start, "request", spreadsheet_text(d.model), "", spreadsheet_text(d.upstream),
                     spreadsheet_text(d.id), "cost_usd", _num(d.cost_usd) or "", _num(d.provider_cost_usd),
-                    _num(d.difference) or "", _num(difference_pct(d)) or "", "", 1, 0,
+                    _num(d.difference) or "", _pct_text(difference_pct(d)) or "", "", 1, 0,
                     1 if d.cost_usd is None else 0, ""])
     for note in rec.notes:
         w.writerow(["note", "", "", "", "", "", "", "", "", "", "", "", "", "", "", "", spreadsheet_text(note)])
@@ -133,15 +138,17 @@ def _shown(v: Decimal | int | None, name: str) -> str:
         return "—"
     if name != "cost_usd":
         return f"{int(v):,}"
-    sign = "-" if v < 0 else ""
-    return f"{sign}${_num(abs(Decimal(v)))}"
+    sign, d = "-" if v < 0 else "", abs(Decimal(v)).normalize()
+    if d.as_tuple().exponent > -2:  # type: ignore[operator]  # finite: an int exponent
+        d = d.quantize(Decimal("0.01"))
+    return f"{sign}${format(d, 'f')}"
 
 
 def _pct(m: Measure) -> str:
     if m.provider is None:
         return "—"
     pct = m.pct
-    return "∞" if pct is None else f"{pct}%"
+    return "∞" if pct is None else f"{_pct_text(pct)}%"
 
 
 def _cell(text: str) -> str:

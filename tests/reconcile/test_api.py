@@ -123,7 +123,7 @@ def test_threshold_exit_code(tmp_path: Path, provider: FakeProvider, monkeypatch
                        "--threshold-pct", threshold, "--format", "json")
     assert code == expected
     row = rows(json.loads(out))[("2026-11-03", "model", "gpt-4o-2024-08-06", "standard")]
-    assert row["difference"]["input_tokens"] == {"difference": 5, "pct": "0.5"}
+    assert row["difference"]["input_tokens"] == {"difference": 5, "pct": "0.50"}
 
 
 def test_anthropic_compared_by_model_tier_and_dollars(tmp_path: Path, provider: FakeProvider,
