@@ -16,6 +16,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pricing.toml_lines import header_lines, key_line
 from proxy.errors import ConfigError
@@ -71,6 +72,34 @@ class Estimate:
     encoding: str = "o200k_base"
     per_model: tuple[tuple[tuple[str, ...], str], ...] = ()
     engine: str = "tiktoken"  # tiktoken | compact (proxy/metering/estimate/)
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """A `[[budget]]` (SPEC "Budgets (enforced)"): a cap on the priced cost of the requests it
+    matches in each calendar day or month of its time zone."""
+
+    name: str
+    limit_usd: Decimal
+    tenant: str | None = None  # None: every tenant
+    tag: str | None = None  # None: every tag (and untagged requests)
+    period: str = "month"  # "day" | "month"
+    tz: str = "UTC"
+    mode: str = "alert"  # "alert" (gauges and alerts only) | "enforce"
+    alert_at_pct: tuple[int, ...] = (50, 80, 100)
+    allow_unpriced: bool = False  # enforce: admit models with no price (their cost cannot be bounded)
+
+    @property
+    def enforced(self) -> bool:
+        return self.mode == "enforce"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelLimit:
+    """`[[model_limit]]`: a model's longest answer, for the reservation of a request without a max."""
+
+    match: tuple[str, ...]
+    max_output: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +169,8 @@ class Settings:
     estimate: Estimate = Estimate()
     selfhost: SelfHost = SelfHost()
     monthly_budget_usd: Decimal = Decimal(0)
+    budgets: tuple[Budget, ...] = ()
+    model_limits: tuple[ModelLimit, ...] = ()
     reconcile: Mapping[str, ReconcileSource] = field(default_factory=lambda: dict(RECONCILE_DEFAULTS))
     config_file: Path | None = None
 
@@ -170,7 +201,11 @@ _ARRAYS: dict[str, set[str]] = {
     "tenant": {"name", "key_sha256", "monthly_budget_usd"},
     "tag": {"name"},
     "tier_alias": {"from", "to"},
+    "model_limit": {"match", "max_output"},
 }
+_BUDGET_KEYS = {"name", "tenant", "tag", "period", "tz", "limit_usd", "mode", "alert_at_pct", "allow_unpriced"}
+BUDGET_PERIODS = ("day", "month")
+BUDGET_MODES = ("alert", "enforce")
 # Flags (by their override name) and the variables that stand for the same setting.
 _ENV: dict[str, str] = {"host": "LLMMETER_HOST", "port": "LLMMETER_PORT", "workers": "LLMMETER_WORKERS",
                         "metrics_token": "LLMMETER_METRICS_TOKEN", "db": "LLMMETER_DB",
@@ -340,6 +375,19 @@ def _build(raw: dict[str, Any], src: _Source, origins: Mapping[tuple[str, str | 
             errors.append(f"{src.where_top(key)}: unknown section or key {key!r} (known: "
                           f"{', '.join(sorted([*_SCHEMA, *_ARRAYS]))})")
     tables: dict[str, dict[str, Any]] = {}
+    budget_array: list[dict[str, Any]] = []
+    if isinstance(raw.get("budget"), list):  # [[budget]]: TOML cannot also hold the legacy [budget]
+        budget_array = raw["budget"]
+        raw = {k: v for k, v in raw.items() if k != "budget"}
+        for i, item in enumerate(budget_array):
+            if not isinstance(item, dict):
+                errors.append(f"{src.where(None, 'budget')}: use [[budget]] tables for 'budget'")
+                budget_array = []
+                break
+            for key in item:
+                if key not in _BUDGET_KEYS:
+                    errors.append(f"{src.where('budget', key, i)}: unknown key {key!r} in [[budget]] "
+                                  f"(known: {', '.join(sorted(_BUDGET_KEYS))})")
     for name, allowed in _SCHEMA.items():
         value = raw.get(name, {})
         if not isinstance(value, dict):
@@ -367,6 +415,7 @@ def _build(raw: dict[str, Any], src: _Source, origins: Mapping[tuple[str, str | 
 
     c = _Checker(src, errors, origins)
     server, ledger, pricing = tables["server"], tables["ledger"], tables["pricing"]
+    tenants = _tenants(c, arrays["tenant"])
     s = Settings(
         host=c.str_("server", server, "host", "127.0.0.1"),
         port=c.int_("server", server, "port", 8080, lo=1, hi=65535),
@@ -386,7 +435,7 @@ def _build(raw: dict[str, Any], src: _Source, origins: Mapping[tuple[str, str | 
         fsync=c.bool_("ledger", ledger, "fsync", False),
         prices_dir=_opt_path(c.opt_str("pricing", pricing, "dir")),
         upstreams=_upstreams(c, arrays["upstream"]),
-        tenants=_tenants(c, arrays["tenant"]),
+        tenants=tenants,
         tags=_names(c, "tag", arrays["tag"]),
         workloads=_workloads(c, tables["workloads"]),
         tier_aliases=_tier_aliases(c, arrays["tier_alias"]),
@@ -394,8 +443,14 @@ def _build(raw: dict[str, Any], src: _Source, origins: Mapping[tuple[str, str | 
         selfhost=_selfhost(c, tables["selfhost"]),
         monthly_budget_usd=c.money("budget", tables["budget"], "monthly_usd"),
         reconcile=_reconcile(c, tables["reconcile"]),
+        budgets=_budgets(c, budget_array, {t.name for t in tenants}),
+        model_limits=_model_limits(c, arrays["model_limit"]),
         config_file=src.path,
     )
+    if s.workers > 1 and any(b.enforced for b in s.budgets) and not s.ledger_url.startswith("postgresql"):
+        # Each worker would admit against its own view of a SQLite ledger (SPEC "Budgets (enforced)").
+        c.fail("server", "workers", 0, "an enforced [[budget]] needs one process on a SQLite ledger: set "
+               "workers = 1, or use a PostgreSQL ledger for several")
     if errors:
         raise ConfigError("\n".join(errors))
     return s
@@ -469,6 +524,54 @@ class _Checker:
             self.fail(table, key, i, f"{key} must be a list of non-empty strings")
             return ()
         return tuple(v)
+
+
+def _budgets(c: _Checker, items: list[dict[str, Any]], tenants: set[str]) -> tuple[Budget, ...]:
+    out: list[Budget] = []
+    for i, b in enumerate(items):
+        name = c.str_("budget", b, "name", f"budget{i}", i)
+        if "name" not in b:
+            c.fail("budget", None, i, "[[budget]] needs a name")
+        elif not _NAME_RE.match(name):
+            c.fail("budget", "name", i, f"budget name {name!r} must be letters, digits, '-', '_' or '.'")
+        if any(o.name == name for o in out):
+            c.fail("budget", "name", i, f"duplicate budget name {name!r}")
+        if "limit_usd" not in b:
+            c.fail("budget", None, i, f"[[budget]] {name!r} needs limit_usd")
+        limit = c.money("budget", b, "limit_usd", "0", i)
+        tenant = c.opt_str("budget", b, "tenant", i)
+        if tenant is not None and tenants and tenant not in tenants:
+            c.fail("budget", "tenant", i, f"budget {name!r} names tenant {tenant!r}, which no [[tenant]] defines")
+        tag = c.opt_str("budget", b, "tag", i)
+        period = c.str_("budget", b, "period", "month", i)
+        if period not in BUDGET_PERIODS:
+            c.fail("budget", "period", i, f'period must be "day" or "month", not {period!r}')
+        tz = c.str_("budget", b, "tz", "UTC", i)
+        try:
+            ZoneInfo(tz)
+        except (ZoneInfoNotFoundError, ValueError):
+            c.fail("budget", "tz", i, f"tz {tz!r} is not a time zone name (e.g. Europe/Berlin, UTC)")
+        mode = c.str_("budget", b, "mode", "alert", i)
+        if mode not in BUDGET_MODES:
+            c.fail("budget", "mode", i, f'mode must be "alert" or "enforce", not {mode!r}')
+        pcts = b.get("alert_at_pct", [50, 80, 100])
+        if not isinstance(pcts, list) or not all(type(p) is int and 1 <= p <= 1000 for p in pcts):
+            c.fail("budget", "alert_at_pct", i, "alert_at_pct must be a list of whole percentages from 1 to 1000")
+            pcts = [50, 80, 100]
+        out.append(Budget(name=name, limit_usd=limit, tenant=tenant, tag=tag, period=period, tz=tz, mode=mode,
+                          alert_at_pct=tuple(sorted(set(pcts))),
+                          allow_unpriced=c.bool_("budget", b, "allow_unpriced", False, i)))
+    return tuple(out)
+
+
+def _model_limits(c: _Checker, items: list[dict[str, Any]]) -> tuple[ModelLimit, ...]:
+    out = []
+    for i, m in enumerate(items):
+        match = c.globs("model_limit", m, "match", i)
+        if not match:
+            c.fail("model_limit", "match", i, "[[model_limit]] needs match = [model globs]")
+        out.append(ModelLimit(match, c.int_("model_limit", m, "max_output", 32768, i, lo=1, hi=10**9)))
+    return tuple(out)
 
 
 def _reconcile(c: _Checker, table: Mapping[str, Any]) -> dict[str, ReconcileSource]:

@@ -343,3 +343,64 @@ def test_reconcile_sources_have_defaults_and_narrowing_ids(tmp_path: Path) -> No
     with pytest.raises(ConfigError, match="not an environment variable name") as e:
         load(write(tmp_path, '[reconcile.openai]\nadmin_key_env = "sk-admin-123 secret"\n'), env={})
     assert "sk-admin" not in str(e.value)  # a key pasted in by mistake is not echoed
+
+
+BUDGETS = '''
+[[tenant]]
+name = "search-team"
+
+[[budget]]
+name = "search-team-monthly"
+tenant = "search-team"
+period = "month"
+tz = "America/Sao_Paulo"
+limit_usd = "5000"
+mode = "enforce"
+alert_at_pct = [80, 50, 100]
+
+[[budget]]
+name = "all-daily"
+limit_usd = "300"
+period = "day"
+
+[[model_limit]]
+match = ["kimi-*"]
+max_output = 16384
+'''
+
+
+def test_budgets_load_with_their_periods_modes_and_thresholds(tmp_path: Path) -> None:
+    s = load(write(tmp_path, BUDGETS), env={})
+    team, daily = s.budgets
+    assert (team.name, team.tenant, team.tag, team.period, team.tz) == (
+        "search-team-monthly", "search-team", None, "month", "America/Sao_Paulo")
+    assert (team.limit_usd, team.enforced, team.alert_at_pct) == (Decimal(5000), True, (50, 80, 100))
+    assert (daily.tenant, daily.period, daily.tz, daily.enforced) == (None, "day", "UTC", False)
+    assert s.model_limits[0].match == ("kimi-*",) and s.model_limits[0].max_output == 16384
+    assert s.monthly_budget_usd == 0  # the legacy [budget] table is not there
+
+
+@pytest.mark.parametrize(("text", "line", "words"), [
+    ('[[budget]]\nname = "b"\nlimit_usd = "1"\nperiod = "week"\n', 4, 'period must be "day" or "month"'),
+    ('[[budget]]\nname = "b"\nlimit_usd = "1"\ntz = "Mars/Olympus"\n', 4, "is not a time zone name"),
+    ('[[budget]]\nname = "b"\nlimit_usd = "1"\nmode = "block"\n', 4, 'mode must be "alert" or "enforce"'),
+    ('[[budget]]\nname = "b"\nlimit_usd = 1.5\n', 3, "limit_usd must be a decimal string"),
+    ('[[budget]]\nname = "b"\n', 1, "needs limit_usd"),
+    ('[[budget]]\nname = "b"\nlimit_usd = "1"\nalert_at_pct = [0]\n', 4, "whole percentages"),
+    ('[[budget]]\nname = "b"\nlimit_usd = "1"\ncap = "2"\n', 4, "unknown key 'cap' in [[budget]]"),
+    ('[[tenant]]\nname = "a"\n\n[[budget]]\nname = "b"\nlimit_usd = "1"\ntenant = "z"\n', 7,
+     "which no [[tenant]] defines"),
+    ('[server]\nworkers = 2\n\n[[budget]]\nname = "b"\nlimit_usd = "1"\nmode = "enforce"\n', 2,
+     "an enforced [[budget]] needs one process on a SQLite ledger"),
+])
+def test_budget_mistakes_are_refused_at_their_line(tmp_path: Path, text: str, line: int, words: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load(write(tmp_path, text), env={})
+    assert f"llmmeter.toml:{line}: " in str(e.value) and words in str(e.value), str(e.value)
+
+
+def test_the_legacy_budget_table_still_works_and_cannot_mix_with_the_array(tmp_path: Path) -> None:
+    s = load(write(tmp_path, '[budget]\nmonthly_usd = "100"\n'), env={})
+    assert s.monthly_budget_usd == Decimal(100) and s.budgets == ()
+    with pytest.raises(ConfigError, match=r"not valid TOML|Cannot|cannot"):
+        load(write(tmp_path, '[budget]\nmonthly_usd = "100"\n\n[[budget]]\nname = "b"\nlimit_usd = "1"\n'), env={})
