@@ -10,6 +10,7 @@ Rows travel by column name (proxy/ledger/store/rows.py).
 
 from __future__ import annotations
 
+import contextlib
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
@@ -22,6 +23,7 @@ from proxy.ledger.migrations import load, unknown
 from proxy.ledger.record import Record
 from proxy.ledger.store.errors import LedgerOutdated, LedgerTooNew, StoreUnavailable
 from proxy.ledger.store.percentiles import input_side_percentiles, locate
+from proxy.ledger.store.repricing import Repricing, candidates_sql
 from proxy.ledger.store.rows import (
     HOUR_US,
     HourlyRow,
@@ -272,6 +274,26 @@ class SqlStore(ABC):
             median = locate(rates, (timed * 50 + 99) // 100)[0] / 100 if timed else 0.0
             out.append(SpeedRow(key[0], key[1], n, median, p50, p95))
         return out
+
+    # --- repricing (proxy/ledger/reprice.py; the SQL in proxy/ledger/store/repricing.py) ---------
+    def reprice_candidates(self, start_from: datetime, start_to: datetime, after: tuple[int, str] | None,
+                           only_unpriced: bool, limit: int) -> list[Record]:
+        """The next `limit` records a repricing looks at, read without a lock (a dry run)."""
+        sql, params = candidates_sql(self.mark, self.id_order, start_from, start_to, after, only_unpriced, limit)
+        return [from_row(row) for row in self._read(sql, params)]
+
+    @contextlib.contextmanager
+    def repricing(self) -> Iterator[Repricing]:
+        """One transaction that holds the ledger's write lock (imports wait for it): committed on
+        leaving, rolled back on an error; database errors surface as StoreUnavailable."""
+        if self.read_only:
+            raise StoreUnavailable(f"{self.shown}: opened read-only")
+        with self._write_locked() as session:
+            yield Repricing(session, self.mark, self.id_order)
+
+    def _write_locked(self) -> AbstractContextManager[Session]:
+        """A session in one transaction holding the lock every import of a record must wait for."""
+        raise NotImplementedError
 
     def _range(self, start_from: datetime, start_to: datetime, tenant: str | None) -> tuple[str, tuple[object, ...]]:
         m, span = self.mark, (to_micros(start_from), to_micros(start_to))

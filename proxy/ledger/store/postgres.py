@@ -42,6 +42,8 @@ _FETCH = 1024
 # Migrations from several replicas starting at once take turns on this advisory lock
 # (a constant: the bytes of "llmmeter").
 _MIGRATE_LOCK = int.from_bytes(b"llmmeter", "big")
+# How long a repricing waits for the imports in progress to end before it gives up.
+_REPRICE_LOCK_WAIT_MS = 60_000
 # SPEC "Settings": the journal of a ledger that is not a file sits under the working directory.
 DEFAULT_JOURNAL_DIR = Path("data/journal")
 
@@ -115,6 +117,21 @@ class PostgresStore(SqlStore):
                 yield _Session(con)
         except psycopg.Error as e:
             raise StoreUnavailable(f"{self.safe_url}: migration failed: {e}") from e
+        finally:
+            con.close()
+
+    @contextlib.contextmanager
+    def _write_locked(self) -> Iterator[Session]:
+        """SHARE ROW EXCLUSIVE on `requests`, which every insert (ROW EXCLUSIVE) conflicts with: the
+        importers of every replica wait (up to their lock timeout, then retry); reads go on."""
+        con = self._connect()
+        try:
+            with con.transaction():  # an exception leaving the block rolls back
+                con.execute(f"SET LOCAL lock_timeout = {_REPRICE_LOCK_WAIT_MS}")  # an import's is short
+                con.execute("LOCK TABLE requests IN SHARE ROW EXCLUSIVE MODE")
+                yield _Session(con)
+        except psycopg.Error as e:
+            raise StoreUnavailable(f"{self.safe_url}: {e}") from e
         finally:
             con.close()
 

@@ -187,6 +187,23 @@ class SqliteStore(SqlStore):
         finally:
             con.close()
 
+    @contextlib.contextmanager
+    def _write_locked(self) -> Iterator[Session]:
+        """SQLite's write lock (BEGIN IMMEDIATE): an import waits up to its busy timeout, then retries."""
+        con, _ = self._open_writable()
+        try:
+            con.execute("BEGIN IMMEDIATE")
+            yield _Session(con)
+            con.execute("COMMIT")
+        except BaseException as e:
+            if con.in_transaction:
+                con.execute("ROLLBACK")
+            if isinstance(e, sqlite3.Error):
+                raise StoreUnavailable(f"{self.path}: {e}") from e
+            raise
+        finally:
+            con.close()
+
     def _applied(self) -> set[int]:
         """The file exists and is a ledger; a snapshot no writer can change is read as it is."""
         if not self.path.is_file():
