@@ -327,3 +327,14 @@ def test_the_command(tmp_path: Path) -> None:
                              timeout=60, cwd=tmp_path)
     assert missing.returncode == 1 and "no ledger" in missing.stderr and not (tmp_path / "no.db").exists()
 
+
+
+def test_an_hour_whose_rollup_is_not_the_sum_of_its_requests_is_summed_again(ledger: Ledger, book: PriceBook,
+                                                                              db_url: str) -> None:
+    store = open_store(db_url)
+    with store.repricing() as tx:  # a rollup that lost its rows (what a bug or a hand edit could leave)
+        tx.session.execute(f"DELETE FROM hourly_rollup WHERE hour = {store.mark}", (to_micros(at(3, 10)) // HOUR_US,))
+    assert set(store.hourly_rows(*NOV, None)) != scanned(store, *NOV)
+    run(store, book, *NOV, only_unpriced=True, apply=True)
+    assert_rollup_consistent(store)
+    report_equals_export(store, book)
