@@ -20,6 +20,7 @@ from proxy.errors import ConfigError
 from proxy.ledger.store import HourlyRow, Store
 from proxy.protocol.names import WORKLOADS
 from proxy.report.breakeven import self_hosting
+from proxy.report.budgets import budget_rows
 from proxy.report.groups import total, usage
 from proxy.report.model import (
     BandRow,
@@ -38,7 +39,7 @@ from proxy.report.model import (
     WhatIf,
     WorkloadRow,
 )
-from proxy.settings import SelfHost
+from proxy.settings import Budget, SelfHost
 from proxy.times import utc
 
 _WORKLOAD_WORDS = {"short": "short", "medium": "medium", "long": "long-document", "very_long": "very-long-document"}
@@ -55,6 +56,7 @@ class ReportInput:
     tenant: str | None = None
     reprice_at: datetime | None = None
     now: datetime = field(default_factory=lambda: datetime.now(UTC))
+    budgets: tuple[Budget, ...] = ()  # the config's [[budget]] tables, for the budgets section
 
 
 def month_range(month: str, tz: ZoneInfo) -> tuple[datetime, datetime]:
@@ -106,6 +108,7 @@ def build_report(store: Store, inp: ReportInput) -> Report:
         what_if=_what_if(rows, inp),
         reprice=reprice,
         self_hosting=self_hosting(rows, inp.selfhost, inp.self_hosted_upstreams, start, end, inp.now),
+        budgets=budget_rows(store, inp.budgets, start, end, inp.now, inp.tenant),
     )
 
 

@@ -140,6 +140,22 @@ class SpeedRow:
 
 
 @dataclass(frozen=True, slots=True)
+class BudgetRow:
+    """One `[[budget]]` period that overlaps the report's month (proxy/report/budgets.py)."""
+
+    name: str
+    period_start: datetime  # UTC; the budget's own local midnight
+    period_end: datetime  # UTC, exclusive
+    tz: str  # the budget's time zone, where its periods begin and end
+    mode: str  # "alert" | "enforce"
+    limit_units: int
+    spent_units: int  # the period's priced cost of the requests the budget matches
+    rejected_requests: int  # requests the budget refused in the period
+    rejected_units: int  # the sum of their reservations: what they would have cost at most
+    complete: bool  # the period has ended
+
+
+@dataclass(frozen=True, slots=True)
 class Day:
     date: date
     usage: Usage
@@ -222,3 +238,4 @@ class Report:
     what_if: WhatIf
     reprice: Reprice | None  # only with --reprice-at
     self_hosting: SelfHosting
+    budgets: tuple[BudgetRow, ...] = ()  # each [[budget]]'s periods that overlap the month

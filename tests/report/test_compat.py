@@ -17,7 +17,7 @@ from tests.report.conftest import VARIANTS
 
 DATA = Path(__file__).parent / "data"
 V3_FIELDS = {"cache_write_1h_tokens", "web_search_calls", "fees_usd", "provider_cost_usd"}
-V3_TOP = {"by_band", "speed"}
+V3_TOP = {"by_band", "speed", "budgets"}
 V3_WHAT_IF = {"all_batch_usd", "all_flex_usd"}
 
 

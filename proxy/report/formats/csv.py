@@ -15,13 +15,13 @@ from proxy.report.formats.json import report_dict
 from proxy.report.model import Report
 
 SECTIONS = ("totals", "by_model", "by_tenant", "by_tag", "by_workload", "by_tag_workload", "daily", "hourly",
-            "by_band", "speed")
+            "by_band", "speed", "budgets")
 # Version 3's columns come after every earlier one, so a reader of the earlier layout finds
 # its columns where they were; the new sections' own columns follow them.
 _V3_COLUMNS = ("cache_write_1h_tokens", "web_search_calls", "fees_usd", "provider_cost_usd")
-_V3_SECTIONS = ("by_band", "speed")
+_V3_SECTIONS = ("by_band", "speed", "budgets")
 # Columns whose text is a number llmmeter wrote: never altered.
-_NUMBERS = frozenset({"cost_usd", "fees_usd", "provider_cost_usd"})
+_NUMBERS = frozenset({"cost_usd", "fees_usd", "provider_cost_usd", "limit_usd", "spent_usd", "rejected_cost_usd"})
 
 
 def render_csv(r: Report) -> str:

@@ -72,6 +72,7 @@ def render_html(r: Report) -> str:
              _table(tables["by_band"]),
              "<h2>When</h2>", _figure(charts["hourly"]), _forecast(r), _table(tables["daily"]),
              "<h2>Speed</h2>", _table(tables["speed"]),
+             *(("<h2>Budgets</h2>", _table(tables["budgets"])) if r.budgets else ()),
              "<h2>What if</h2>", _table(tables["what_if"]),
              "<h2>Self-hosting</h2>", _figure(charts["breakeven"]), _table(tables["self_hosting"]),
              _table(tables["assumptions"])]

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from pricing import format_usd
-from proxy.report.model import Day, Report, SelfHosting, SpeedRow, Usage
+from proxy.report.model import BudgetRow, Day, Report, SelfHosting, SpeedRow, Usage
 from proxy.times import rfc3339
 
 
@@ -31,6 +31,7 @@ def report_dict(r: Report) -> dict[str, Any]:
     d["hourly_profile"] = [{"hour": h.hour, "requests": h.requests, "tokens": h.tokens} for h in r.hourly_profile]
     d["peak_to_offpeak_ratio"] = r.peak_to_offpeak_ratio
     d["speed"] = [speed(x) for x in r.speed]
+    d["budgets"] = [budget(x) for x in r.budgets]
     f, w = r.forecast, r.what_if
     d["forecast"] = {"month_complete": f.month_complete, "projected_cost_usd": format_usd(f.projected_cost_units),
                      "projected_tokens": f.projected_tokens, "method": f.method}
@@ -90,6 +91,14 @@ def speed(x: SpeedRow) -> dict[str, Any]:
     return {"model": x.model, "tier": x.tier, "requests": x.requests,
             "output_tokens_per_s_p50": x.output_tokens_per_s_p50, "ttft_ms_p50": x.ttft_ms_p50,
             "ttft_ms_p95": x.ttft_ms_p95}
+
+
+def budget(x: BudgetRow) -> dict[str, Any]:
+    """A budget's period: limit, spent, and the requests it refused with their worst-case cost."""
+    return {"name": x.name, "period_start": rfc3339(x.period_start, "seconds"),
+            "period_end": rfc3339(x.period_end, "seconds"), "limit_usd": format_usd(x.limit_units),
+            "spent_usd": format_usd(x.spent_units), "rejected_requests": x.rejected_requests,
+            "rejected_cost_usd": format_usd(x.rejected_units)}
 
 
 def self_hosting(sh: SelfHosting) -> dict[str, Any]:

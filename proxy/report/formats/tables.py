@@ -12,7 +12,7 @@ from decimal import Decimal, InvalidOperation
 from zoneinfo import ZoneInfo
 
 from proxy.protocol.names import WORKLOADS
-from proxy.report.model import Report, SelfHosting, Usage
+from proxy.report.model import BudgetRow, Report, SelfHosting, Usage
 from proxy.report.numbers import count, money, percent
 
 WORKLOAD_NAMES = {w: w.replace("_", " ") for w in WORKLOADS}  # "very_long" reads "very long"
@@ -131,6 +131,7 @@ def report_tables(r: Report) -> dict[str, Table]:
                     for x in r.by_tag_workload]),
         _by_band(r, cols),
         _speed(r),
+        _budgets(r.budgets),
         _daily(r, cols),
         _what_if(r),
         _self_hosting(r.self_hosting),
@@ -187,6 +188,30 @@ def _speed(r: Report) -> Table:
                       "million tokens (all billing categories) is the month's, so a faster tier's premium can be "
                       "weighed against the speed it bought.",
                  empty="No streamed requests with usage from the upstream this month.")
+
+
+def budget_period(x: BudgetRow) -> str:
+    """The period in the budget's own zone: `2026-11` for a month, `2026-11-03` for a day."""
+    lo = x.period_start.astimezone(ZoneInfo(x.tz))
+    days = (x.period_end - x.period_start).days
+    return f"{lo:%Y-%m}" if days >= 28 else f"{lo:%Y-%m-%d}"
+
+
+def _budgets(rows: tuple[BudgetRow, ...]) -> Table:
+    columns = (_label("budget"), _label("period"), _label("time zone"), _label("mode"), Column("limit", "USD"),
+               Column("spent", "USD"), Column("used", "%"), Column("rejected requests", "count"),
+               Column("rejected, at most", "USD"))
+    body = tuple((x.name, budget_period(x) + ("" if x.complete else " (so far)"), x.tz, x.mode,
+                  money(x.limit_units), money(x.spent_units),
+                  percent(x.spent_units / x.limit_units if x.limit_units else 0.0), count(x.rejected_requests),
+                  money(x.rejected_units)) for x in rows)
+    return Table("budgets", "Budgets", columns, body,
+                 note="Each [[budget]] period that overlaps the month, whole, in the budget's own time zone. Spent "
+                      "is the ledger's priced cost of the requests the budget matches in the period. Rejected: "
+                      "requests an enforced budget refused (HTTP 429); what they would have cost is the sum of "
+                      "their reservations, each the request's worst case, so it is an upper bound (a refused "
+                      "request to a model with no price adds nothing to it).",
+                 empty="No [[budget]] in the configuration.")
 
 
 def _daily(r: Report, cols: UsageColumns) -> Table:
