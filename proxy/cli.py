@@ -10,6 +10,7 @@ import secrets
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -87,6 +88,42 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--at", help="RFC 3339 time or YYYY-MM-DD (default: now)")
     show.add_argument("dir", nargs="?", type=Path)
     show.set_defaults(run=_prices_show)
+    imp = psub.add_parser("import", help="write version-2 price tables from a maintained source")
+    imp.add_argument("source", choices=("genai-prices",))
+    imp.add_argument("--provider", action="append", metavar="ID", help="only this provider (repeatable)")
+    imp.add_argument("--out", type=Path, help="table directory to write (default: the --prices/config directory)")
+    imp.add_argument("--models", action="append", metavar="GLOB", help="only model ids matching (repeatable)")
+    imp.add_argument("--upstream", action="append", metavar="ID=NAME",
+                     help="the provider whose prices an upstream's traffic uses (repeatable)")
+    imp.add_argument("--config", type=Path)
+    imp.set_defaults(run=_prices_import)
+    diff = psub.add_parser("diff", help="list models whose prices differ from a maintained source; exit 1 if any")
+    diff.add_argument("dir", nargs="?", type=Path)
+    diff.add_argument("--against", required=True, choices=("genai-prices",))
+    diff.add_argument("--at", help="RFC 3339 time or YYYY-MM-DD (default: now)")
+    diff.set_defaults(run=_prices_diff)
+
+    reprice = sub.add_parser("reprice", help="price ledger records with the entries in force at their start")
+    reprice.add_argument("--from", dest="start", required=True, metavar="WHEN")
+    reprice.add_argument("--to", dest="end", required=True, metavar="WHEN")
+    reprice.add_argument("--tz", default="UTC")
+    reprice.add_argument("--only-unpriced", action="store_true", help="only records unpriced when written")
+    reprice.add_argument("--apply", action="store_true", help="write the changes (default: show them only)")
+    reprice.add_argument("--db")
+    reprice.add_argument("--config", type=Path)
+    reprice.add_argument("--prices", type=Path, help="price table directory")
+    reprice.set_defaults(run=_reprice)
+
+    reconcile = sub.add_parser("reconcile", help="the ledger against the provider's own billing")
+    reconcile.add_argument("--month", required=True, metavar="YYYY-MM")
+    reconcile.add_argument("--against", required=True, metavar="SOURCE",
+                           help="openai, anthropic, provider_cost, or a file or folder of saved API pages")
+    reconcile.add_argument("--threshold-pct", type=Decimal, default=Decimal(1), metavar="PCT")
+    reconcile.add_argument("--format", choices=("md", "json", "csv"), default="md")
+    reconcile.add_argument("--out", type=Path)
+    reconcile.add_argument("--db")
+    reconcile.add_argument("--config", type=Path)
+    reconcile.set_defaults(run=_reconcile)
 
     keys = sub.add_parser("keys", help="proxy keys for tenants")
     ksub = keys.add_subparsers(metavar="ACTION")
@@ -106,6 +143,30 @@ def _parser() -> argparse.ArgumentParser:
     retry.add_argument("--config", type=Path)
     retry.set_defaults(run=_ledger_retry)
     return p
+
+
+def _prices_import(args: argparse.Namespace) -> int:
+    from pricing.genai import import_command
+
+    return import_command(args)
+
+
+def _prices_diff(args: argparse.Namespace) -> int:
+    from pricing.genai import diff_command
+
+    return diff_command(args)
+
+
+def _reprice(args: argparse.Namespace) -> int:
+    from proxy.ledger.reprice import command
+
+    return command(args)
+
+
+def _reconcile(args: argparse.Namespace) -> int:
+    from proxy.reconcile import command
+
+    return command(args)
 
 
 def _settings(args: argparse.Namespace, **flags: object) -> config.Settings:
@@ -187,7 +248,8 @@ def _report(args: argparse.Namespace) -> int:
                       workload_bounds=(w.medium, w.long, w.very_long),
                       self_hosted_upstreams=frozenset(u.name for u in s.upstreams if u.self_hosted),
                       tenant=args.tenant,
-                      reprice_at=parse_when(args.reprice_at, tz) if args.reprice_at else None)
+                      reprice_at=parse_when(args.reprice_at, tz) if args.reprice_at else None,
+                      budgets=s.budgets)
     # Read-only: no import, no migration. Records still in the journal after a crash land with
     # the next `serve` (or `llmmeter migrate`), not here.
     ledger = Ledger(s.ledger_url, s.journal_dir, s.fsync, read_only=True)
@@ -268,7 +330,6 @@ def _prices_check(args: argparse.Namespace) -> int:
 
 
 def _prices_show(args: argparse.Namespace) -> int:
-    from decimal import Decimal
 
     from proxy.export import parse_when
 
