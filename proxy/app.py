@@ -18,8 +18,12 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from pricing import PriceBook, default_tables_dir, load_dir
+from proxy.budget.engine import Budgets
+from proxy.budget.metrics import BudgetMetrics
+from proxy.budget.reserve import Reserver
 from proxy.ledger import Ledger
 from proxy.ledger.group import GroupCommit
+from proxy.ledger.layout import default_replica
 from proxy.metering.estimate.estimator import Estimator
 from proxy.metering.meter import Meter
 from proxy.metrics.metrics import Metrics
@@ -41,6 +45,7 @@ class Parts:
     ledger: Ledger
     registry: CollectorRegistry
     metrics: Metrics
+    budgets: Budgets | None = None
 
 
 def build_parts(settings: Settings, registry: CollectorRegistry | None = None) -> Parts:
@@ -50,7 +55,12 @@ def build_parts(settings: Settings, registry: CollectorRegistry | None = None) -
     registry = registry or CollectorRegistry()
     metrics = Metrics(settings, book, registry, month_to_date=ledger.month_to_date_cost,
                       pending=lambda: ledger.pending, ledger_counts=lambda: (ledger.rejected, ledger.lost))
-    return Parts(settings, book, ledger, registry, metrics)
+    budgets = None
+    if settings.budgets:
+        budgets = Budgets(settings.budgets, Reserver(book, settings.model_limits), ledger.store,
+                          BudgetMetrics(registry), default_replica())
+        ledger.settled = budgets.settled  # each import settles the reservations its records carry
+    return Parts(settings, book, ledger, registry, metrics, budgets)
 
 
 class LLMMeter:
@@ -67,7 +77,7 @@ class LLMMeter:
         meter = Meter(parts.book, self.estimator, s.workloads, self.group, parts.metrics,
                       frozenset(u.name for u in s.upstreams if u.hidden_output == "from_total"))
         self.relay = Relay(s, Router(s.upstreams), self.upstreams, meter, parts.metrics,
-                           pending=lambda: parts.ledger.pending)
+                           pending=lambda: parts.ledger.pending, budgets=parts.budgets)
         self.admin = _admin_app(parts)
         # What the serving protocol (proxy/server/protocol.py) takes from the app it serves.
         self.server_limits = ServerLimits.from_settings(s)
@@ -93,6 +103,8 @@ class LLMMeter:
                     loop = asyncio.get_running_loop()
                     self.group.bind(loop)
                     self.relay.loop = loop
+                    if self.parts.budgets is not None:
+                        self.parts.budgets.start(loop)
                     for line in startup_lines(self.parts.settings, self.parts.book, self.parts.ledger.journal_dir):
                         log.info("%s", line)
                 except Exception as e:
@@ -100,6 +112,8 @@ class LLMMeter:
                     return
                 await send({"type": "lifespan.startup.complete"})
             elif msg["type"] == "lifespan.shutdown":
+                if self.parts.budgets is not None:
+                    await self.parts.budgets.stop()
                 self.upstreams.close()
                 self.estimator.close()
                 self.group.bind(None)

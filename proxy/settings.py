@@ -205,6 +205,7 @@ _ARRAYS: dict[str, set[str]] = {
 }
 _BUDGET_KEYS = {"name", "tenant", "tag", "period", "tz", "limit_usd", "mode", "alert_at_pct", "allow_unpriced"}
 BUDGET_PERIODS = ("day", "month")
+MAX_BUDGET_USD = Decimal(10**7)  # 10^17 units: below any reservation cap, a lease amount one BIGINT
 BUDGET_MODES = ("alert", "enforce")
 # Flags (by their override name) and the variables that stand for the same setting.
 _ENV: dict[str, str] = {"host": "LLMMETER_HOST", "port": "LLMMETER_PORT", "workers": "LLMMETER_WORKERS",
@@ -539,6 +540,10 @@ def _budgets(c: _Checker, items: list[dict[str, Any]], tenants: set[str]) -> tup
         if "limit_usd" not in b:
             c.fail("budget", None, i, f"[[budget]] {name!r} needs limit_usd")
         limit = c.money("budget", b, "limit_usd", "0", i)
+        if limit > MAX_BUDGET_USD or limit.as_tuple().exponent < -10:  # type: ignore[operator]
+            c.fail("budget", "limit_usd", i, f"limit_usd must be at most {MAX_BUDGET_USD:,} with at most 10 "
+                   "decimal places")
+            limit = Decimal(0)
         tenant = c.opt_str("budget", b, "tenant", i)
         if tenant is not None and tenants and tenant not in tenants:
             c.fail("budget", "tenant", i, f"budget {name!r} names tenant {tenant!r}, which no [[tenant]] defines")

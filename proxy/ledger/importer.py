@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Sequence
 
 from proxy.ledger.backlog import Backlog
 from proxy.ledger.deadletter import DeadLetters, store_chunks, store_or_set_aside
 from proxy.ledger.journal import Journal, ReadStats, Segment, read_segment
+from proxy.ledger.record import Record
 from proxy.ledger.replay import batches
 from proxy.ledger.store.base import Store, Writer
 from proxy.ledger.store.errors import LedgerReplaced
@@ -26,7 +28,7 @@ BACKOFF_MAX_S = 5.0
 
 class Importer(threading.Thread):
     def __init__(self, store: Store, backlog: Backlog, journal: Journal, dead: DeadLetters, batch_size: int,
-                 interval_s: float) -> None:
+                 interval_s: float, settled: Callable[[Sequence[Record]], None] | None = None) -> None:
         super().__init__(name="llmmeter-ledger-importer", daemon=True)
         self.store, self.backlog, self.journal, self.dead = store, backlog, journal, dead
         self.batch_size, self.interval_s = batch_size, interval_s
@@ -36,6 +38,9 @@ class Importer(threading.Thread):
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._writer: Writer | None = None
+        # Told of each batch once it is in the database or set aside (enforced budgets settle
+        # the reservations the records carry, proxy/budget/engine.py).
+        self.settled = settled
 
     def wake(self) -> None:
         if not self._wake.is_set():
@@ -72,7 +77,10 @@ class Importer(threading.Thread):
         """One batch, then journal upkeep; True when the batch was full (more is waiting)."""
         batch = self.backlog.take(self.batch_size)
         if batch:
-            store_or_set_aside(self._connection(), [item.record for item in batch], self.dead)
+            records = [item.record for item in batch]
+            store_or_set_aside(self._connection(), records, self.dead)
+            if self.settled is not None:
+                self.settled(records)
             self.backlog.done()
             self.journal.release(item.segment for item in batch if item.segment is not None)
         for seg in self.journal.maintain(drained=self.backlog.drained()):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -73,6 +73,8 @@ class Ledger:
         self._importer: Importer | None = None
         self._lost_logged_at = float("-inf")
         self._closed = False
+        # Set before start(): told of each imported batch (enforced budgets settle reservations).
+        self.settled: Callable[[Sequence[Record]], None] | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
     def start(self) -> int:
@@ -86,7 +88,7 @@ class Ledger:
         self.last_replay = self._replay(self._bind())
         self._journal.open()  # a journal that cannot open is reported by journal_ok, not raised
         self._importer = Importer(self.store, self._backlog, self._journal, self._dead, self.batch_size,
-                                  self.flush_interval_s)
+                                  self.flush_interval_s, self._settled)
         self._importer.start()
         return self.last_replay.records
 
@@ -151,6 +153,10 @@ class Ledger:
                 self._importer.wake()
         except Exception:  # the client's response matters more than these records
             log.exception("ledger append failed for %d records", len(records))
+
+    def _settled(self, records: Sequence[Record]) -> None:
+        if self.settled is not None:  # read at each batch: it may be set after start()
+            self.settled(records)
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until everything appended so far is committed; False on timeout."""

@@ -66,6 +66,11 @@ class Record:
     price_band: int | None = None  # the band's above_input_tokens, 0 below every band; None unpriced
     fee_units: int | None = None  # the fees inside cost_units (a subset), 10^-10 USD; None unpriced
     provider_cost_units: int | None = None  # the upstream's own figure, 10^-10 USD; None when it gave none
+    # Enforced budgets (migration 008): the request's reservation and the leases it came from
+    # (comma-separated lease ids), or, on a request a budget refused, that budget's name.
+    reserved_units: int | None = None
+    budget_leases: str | None = None
+    budget: str | None = None
 
     def to_json_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (times as RFC 3339) used by the journal."""

@@ -69,6 +69,10 @@ class Exchange:
     ttft_s: float | None = None
     upstream_request_id: str | None = None
     overhead_s: float = 0.0
+    reserved_units: int | None = None  # an enforced budget's reservation (proxy/budget/engine.py)
+    budget_leases: str | None = None  # the leases it came from
+    budget: str | None = None  # the budget that refused the request
+    flags: tuple[str, ...] = ()  # what the relay knows about the request before any usage
 
 
 def clean_tag(value: str | None) -> str | None:
@@ -128,7 +132,7 @@ class Meter:
         if usage is not None and source == "upstream":
             # The request's cache TTL and the upstream's way with total_tokens (SPEC "Usage extraction").
             usage = settle(usage, ex.request, ex.upstream in self.from_total)
-        flags: list[str] = list(usage.flags) if usage else []
+        flags: list[str] = [*ex.flags, *usage.flags] if usage else list(ex.flags)
         flags += [f for f in observed.faults if f not in flags]
         if usage is None and ex.endpoint in METERED:
             flags.append("no_usage")
@@ -147,12 +151,15 @@ class Meter:
             tag=ex.tag, upstream_request_id=bounded(ex.upstream_request_id or observed.upstream_request_id),
             cache_write_1h_tokens=u.cache_write_1h_tokens, web_search_calls=u.web_search_calls,
             provider_cost_units=u.provider_cost_units,
+            reserved_units=ex.reserved_units, budget_leases=ex.budget_leases, budget=ex.budget,
         )
         priced: Cost | None = None
         if ex.endpoint in METERED:
             rec.workload = self.workloads.classify(rec.input_side_tokens)
             if canonical is not None and tier is not None:
                 priced = self._price(rec, canonical, tier, ex, u, observed.inference_geo)
+            if ex.budget_leases and rec.cost_units is not None and rec.cost_units > (ex.reserved_units or 0):
+                rec.flags.append("over_reservation")  # its excess is counted per budget when it settles
         self.journal.append(rec)
         self.metrics.observe(rec, priced, ex.overhead_s)
         return rec

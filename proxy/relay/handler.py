@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import math
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from datetime import UTC, datetime
@@ -18,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from proxy.budget.engine import BUDGET_EXCEEDED, Budgets, Rejection
 from proxy.errors import error_body
 from proxy.metering.meter import Exchange, Meter, bounded, clean_tag
 from proxy.metrics.metrics import Metrics
@@ -42,8 +44,10 @@ class _TooLarge(Exception):
 
 class Relay:
     def __init__(self, settings: Settings, router: Router, upstreams: Upstreams, meter: Meter,
-                 metrics: Metrics, pending: Callable[[], int] | None = None) -> None:
+                 metrics: Metrics, pending: Callable[[], int] | None = None, budgets: Budgets | None = None) -> None:
         self.settings, self.router, self.upstreams = settings, router, upstreams
+        # Enforced budgets gate metered requests before they are forwarded (None: none is enforced).
+        self.budgets = budgets if budgets is not None and budgets.enforced else None
         self.meter, self.metrics = meter, metrics
         # `pending`: the ledger's backlog, which a batch download waits on (proxy/relay/batch.py).
         self.forwarder = Forwarder(meter, metrics, settings.max_decompressed_mb * 1024 * 1024, pending)
@@ -104,6 +108,13 @@ class Relay:
                                anthropic, "not_found_error")
             return
         ex.upstream, ex.self_hosted = up.name, up.self_hosted
+        if self.budgets is not None and endpoint in METERED:
+            admitted = await self.budgets.admit(ex.tenant, ex.tag, ex.model_requested, ex.tier_requested, up.name,
+                                                ex.request, len(body), ex.start)
+            if isinstance(admitted, Rejection):
+                await self._refuse(ex, send, admitted, anthropic)
+                return
+            ex.reserved_units, ex.budget_leases = admitted
         if ex.stream and endpoint in CHAT_STYLE and up.inject_include_usage:
             body, drop_usage_only = _inject_include_usage(ex.request, body)
 
@@ -170,6 +181,26 @@ class Relay:
         meta = req.get("metadata")
         ex.end_user = bounded(req.get("user")) or (bounded(meta.get("user_id")) if isinstance(meta, dict) else None)
         return None
+
+    async def _refuse(self, ex: Exchange, send: Send, no: Rejection, anthropic: bool) -> None:
+        """429 `budget_exceeded` in the API's error shape, naming the budget and its period's end; the
+        SDKs' own retries are told not to try again before the period ends (SPEC "Budgets (enforced)")."""
+        status, code = (503, "budget_unavailable") if no.reason == "unavailable" else (429, "budget_exceeded")
+        end = no.period_end.isoformat().replace("+00:00", "Z")
+        if anthropic:
+            kind = "api_error" if status == 503 else "rate_limit_error"
+            body = orjson.dumps({"type": "error", "error": {"type": kind, "message": no.message(), "code": code,
+                                                            "budget": no.budget.name, "period_end": end}})
+        else:
+            body = orjson.dumps({"error": {"message": no.message(), "type": code, "code": code,
+                                           "budget": no.budget.name, "period_end": end}})
+        wait = max(1, math.ceil((no.period_end - datetime.now(UTC)).total_seconds()))
+        headers = [(b"x-should-retry", b"false"), (b"retry-after", str(wait).encode())]
+        await send_whole(send, status, body, headers)
+        ex.code, ex.outcome = status, "rejected"
+        ex.budget, ex.reserved_units = no.budget.name, no.reserved
+        ex.flags = (BUDGET_EXCEEDED,)
+        self.meter.record(ex, Observed(), None, "upstream")
 
     async def _reject(self, ex: Exchange, send: Send, status: int, message: str, code: str, kind: str,
                       anthropic: bool, anthropic_kind: str | None = None) -> None:

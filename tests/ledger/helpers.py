@@ -11,8 +11,9 @@ from proxy.ledger.store import COLUMNS
 
 # The request columns migration 007 added: a ledger migrated only to 006 or earlier lacks them.
 V2_COLUMNS = ("cache_write_1h_tokens", "web_search_calls", "price_band", "fee_units", "provider_cost_units")
+BUDGET_COLUMNS = ("reserved_units", "budget_leases", "budget")  # migration 008
 # The columns of a ledger before 005 (no cost_carry yet) and before 007.
-BEFORE_005 = tuple(c for c in COLUMNS if c != "cost_carry" and c not in V2_COLUMNS)
+BEFORE_005 = tuple(c for c in COLUMNS if c != "cost_carry" and c not in V2_COLUMNS + BUDGET_COLUMNS)
 
 T0 = datetime(2026, 11, 3, 14, 5, 9, 123456, tzinfo=UTC)
 EVER = (datetime(2000, 1, 1, tzinfo=UTC), datetime(2100, 1, 1, tzinfo=UTC))
@@ -30,7 +31,8 @@ def full_record(i: int = 0, **over: object) -> Record:
         price_effective_from=datetime(2026, 10, 23, tzinfo=UTC), cost_units=2_740_000_000_000 + i,
         duration_ms=1500, ttft_ms=210, tag="rag-search", workload="long", upstream_request_id=f"chatcmpl-{i}",
         cache_write_1h_tokens=7, web_search_calls=3, price_band=200_000, fee_units=300_000_000,
-        provider_cost_units=2_740_000_000_123,
+        provider_cost_units=2_740_000_000_123, reserved_units=3_000_000_000_000, budget_leases=f"host-1.lease{i}",
+        budget="search-team-monthly",
     )
     fields.update(over)
     return Record(**fields)  # type: ignore[arg-type]

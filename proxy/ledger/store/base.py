@@ -152,6 +152,11 @@ class SqlStore(ABC):
     def writer(self) -> Writer: ...
 
     @abstractmethod
+    def budget_locked(self, budget: str | None) -> AbstractContextManager[Session]:
+        """A transaction for a budget's leases (proxy/ledger/store/budgets.py), holding that
+        budget's lock across every process sharing the ledger (no lock for None)."""
+
+    @abstractmethod
     def default_journal_dir(self) -> Path: ...
 
     def _scan(self, start_from: datetime, start_to: datetime, tenant: str | None) -> tuple[str, tuple[object, ...]]:

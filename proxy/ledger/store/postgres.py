@@ -22,6 +22,7 @@ from psycopg.rows import DictRow, dict_row
 
 from proxy.ledger.record import Record
 from proxy.ledger.store.base import Session, SqlStore
+from proxy.ledger.store.budgets import settle_sql, settlements
 from proxy.ledger.store.errors import RecordRefused, StoreUnavailable
 from proxy.ledger.store.rows import COLUMNS, Row, to_row, values_of
 from proxy.settings import redact_url
@@ -42,6 +43,7 @@ _FETCH = 1024
 # Migrations from several replicas starting at once take turns on this advisory lock
 # (a constant: the bytes of "llmmeter").
 _MIGRATE_LOCK = int.from_bytes(b"llmmeter", "big")
+_BUDGET_LOCK = int.from_bytes(b"llmb", "big")  # with hashtext(budget name): one advisory lock per budget
 # How long a repricing waits for the imports in progress to end before it gives up.
 _REPRICE_LOCK_WAIT_MS = 60_000
 # SPEC "Settings": the journal of a ledger that is not a file sits under the working directory.
@@ -135,6 +137,21 @@ class PostgresStore(SqlStore):
         finally:
             con.close()
 
+    @contextlib.contextmanager
+    def budget_locked(self, budget: str | None) -> Iterator[Session]:
+        """A transaction holding the budget's advisory lock (none for None): grants of one budget
+        take turns across every replica; imports never wait for it."""
+        con = self._connect()
+        try:
+            with con.transaction():  # an exception leaving the block rolls back
+                if budget is not None:
+                    con.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_BUDGET_LOCK, budget))
+                yield _Session(con)
+        except psycopg.Error as e:
+            raise StoreUnavailable(f"{self.safe_url}: {e}") from e
+        finally:
+            con.close()
+
     def writer(self) -> PostgresWriter:
         if self.read_only:
             raise StoreUnavailable(f"{self.safe_url}: opened read-only")
@@ -176,8 +193,14 @@ class PostgresWriter:
                 with cur.copy(_COPY) as copy:
                     for i, row in enumerate(rows):
                         copy.write_row((i, *row))
-                cur.execute(_MOVE)
-                return cur.rowcount
+                if not any(r.budget_leases for r in records):
+                    cur.execute(_MOVE)
+                    return cur.rowcount
+                # Their reservations become their cost in this transaction (proxy/ledger/store/budgets.py).
+                cur.execute(_MOVE + " RETURNING id")
+                new = {row["id"] for row in cur.fetchall()}
+                cur.executemany(settle_sql("%s").encode(), settlements(records, new))
+                return len(new)
         except Exception as e:
             if self.con.closed or self.con.info.transaction_status != pq.TransactionStatus.IDLE:
                 raise StoreUnavailable(f"{self.safe_url}: {e}") from e  # nothing to go on with: a new connection

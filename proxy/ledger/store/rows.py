@@ -79,6 +79,10 @@ def to_row(r: Record) -> dict[str, Any]:
             raise RecordRefused(f"record {r.id!r}: 1-hour cache writes (0 to {MAX_TOKENS}), web search calls "
                                 f"(0 to {MAX_FEE_CALLS}), price band (0 to {MAX_BAND}), fees and provider cost "
                                 f"(0 to {MAX_PART_UNITS} units) must be integers in range")
+        reserved = r.reserved_units
+        if reserved is not None and not (type(reserved) is int and 0 <= reserved <= MAX_PART_UNITS):
+            raise RecordRefused(f"record {r.id!r}: reservation {reserved!r} is not an integer from 0 to "
+                                f"{MAX_PART_UNITS} units")
         carry, units = (0, None) if cost is None else divmod(cost, CARRY)
         pef = r.price_effective_from
         row = vars(r).copy()  # the fields by name; a dataclass without slots keeps them in __dict__

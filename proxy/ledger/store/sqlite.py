@@ -20,6 +20,7 @@ from urllib.parse import quote
 from proxy.errors import LLMMeterError
 from proxy.ledger.record import Record
 from proxy.ledger.store.base import Session, SqlStore
+from proxy.ledger.store.budgets import settle_sql, settlements
 from proxy.ledger.store.errors import LedgerMissing, LedgerReplaced, RecordRefused, StoreUnavailable
 from proxy.ledger.store.rows import COLUMNS, HOUR_US, Row, to_row, values_of
 from proxy.ledger.store.sql import BUCKET_OF, HOURLY_SQL, METERED_SQL
@@ -204,6 +205,24 @@ class SqliteStore(SqlStore):
         finally:
             con.close()
 
+    @contextlib.contextmanager
+    def budget_locked(self, budget: str | None) -> Iterator[Session]:
+        """A transaction under SQLite's write lock: budget grants, renewals and imports take turns
+        (one process serves a SQLite ledger with an enforced budget)."""
+        con, _ = self._open_writable()
+        try:
+            con.execute("BEGIN IMMEDIATE")
+            yield _Session(con)
+            con.execute("COMMIT")
+        except BaseException as e:
+            if con.in_transaction:
+                con.execute("ROLLBACK")
+            if isinstance(e, sqlite3.Error):
+                raise StoreUnavailable(f"{self.path}: {e}") from e
+            raise
+        finally:
+            con.close()
+
     def _applied(self) -> set[int]:
         """The file exists and is a ledger; a snapshot no writer can change is read as it is."""
         if not self.path.is_file():
@@ -292,6 +311,9 @@ class SqliteWriter:
             if added:
                 con.execute(_ADD_TO_ROLLUP, (before,))
                 con.execute(_ADD_TO_HISTOGRAM, (before,))
+                if any(r.budget_leases for r in records):  # their reservations become their cost, here
+                    new = {row["id"] for row in con.execute("SELECT id FROM requests WHERE rowid > ?", (before,))}
+                    con.executemany(settle_sql("?"), settlements(records, new))
             con.execute("COMMIT")
         except Exception as e:
             self._roll_back(e)

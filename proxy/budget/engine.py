@@ -1,0 +1,285 @@
+"""Enforced budgets on the request path (SPEC "Budgets (enforced)").
+
+A request must fit every enforced budget that matches it (its tenant, its tag, the whole
+proxy). Its reservation (proxy/budget/reserve.py) is taken from this replica's lease of each
+budget's current period, in memory, with no await between the check and the take; only when a
+lease runs short does the replica ask the database for more (proxy/ledger/store/budgets.py),
+one request per budget at a time, under the budget's lock there. The record the request ends
+with carries its reservation and lease ids; the import that adds its cost to the ledger removes
+the reservation from the lease in the same transaction, and then here (`settled`).
+
+What the database holds for a lease is never below what this replica may still hand out or
+has handed out and not yet settled: grants add there first, settlements subtract there first,
+and a renewal writes this replica's figure, which lags the database only upward.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from proxy.budget.metrics import BudgetMetrics
+from proxy.budget.periods import period_of
+from proxy.budget.reserve import Reserver
+from proxy.ledger.record import Record
+from proxy.ledger.store import SqlStore
+from proxy.ledger.store.budgets import (
+    LEASE_TTL_US,
+    RENEW_EVERY_S,
+    Scope,
+    Standing,
+    alert_once,
+    drop,
+    grant,
+    standing,
+    usd_units,
+)
+from proxy.ledger.store.rows import to_micros
+from proxy.settings import Budget
+
+log = logging.getLogger("llmmeter.budget")
+
+OVER_RESERVATION = "over_reservation"
+BUDGET_EXCEEDED = "budget_exceeded"
+REFRESH_EVERY_S = 5.0  # spent and alerts, for the gauges
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    budget: Budget
+    period_end: datetime
+    reserved: int | None  # the request's reservation, None when its model has no price
+    reason: str  # "exceeded" | "unpriced" | "unavailable"
+
+    def message(self) -> str:
+        if self.reason == "unpriced":
+            return (f"budget {self.budget.name!r} is enforced and this model has no price, so its cost cannot "
+                    "be bounded (allow_unpriced = true admits such requests)")
+        if self.reason == "unavailable":
+            return f"budget {self.budget.name!r} cannot be checked right now (the ledger database is unavailable)"
+        return (f"budget {self.budget.name!r} is exhausted for the period ending "
+                f"{self.period_end.isoformat().replace('+00:00', 'Z')}")
+
+
+@dataclass(slots=True)
+class _Lease:
+    """This replica's share of one budget's period."""
+
+    id: str
+    budget: Budget
+    scope: Scope
+    end: datetime
+    limit: int  # units
+    amount: int = 0  # units the database holds for this lease
+    in_flight: int = 0  # reservations handed out, not yet settled
+    used: bool = False  # a reservation was taken since the last renewal
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def free(self) -> int:
+        return self.amount - self.in_flight
+
+
+class Budgets:
+    """Every `[[budget]]`; `admit` gates requests for the enforced ones."""
+
+    def __init__(self, budgets: Sequence[Budget], reserver: Reserver, store: SqlStore, metrics: BudgetMetrics,
+                 replica: str, clock: Callable[[], float] = time.time) -> None:
+        self.budgets = tuple(budgets)
+        self.enforced = tuple(b for b in budgets if b.enforced)
+        self.reserver, self.store, self.metrics = reserver, store, metrics
+        self.replica, self.clock = replica, clock
+        self.limits = {b.name: usd_units(b.limit_usd) for b in budgets}
+        self._current: dict[str, _Lease] = {}  # budget -> lease of the latest period requests fell in
+        self._periods: dict[tuple[str, int], _Lease] = {}  # (budget, period start) -> this replica's lease
+        self._by_id: dict[str, _Lease] = {}  # the same leases by id, for settling records
+        self._alerted: set[tuple[str, int, int]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
+        for b in budgets:
+            metrics.limit.labels(b.name).set(float(b.limit_usd))
+
+    # -- the request path -------------------------------------------------------------------
+
+    def matching(self, tenant: str, tag: str | None) -> list[Budget]:
+        return [b for b in self.enforced
+                if (b.tenant is None or b.tenant == tenant) and (b.tag is None or b.tag == tag)]
+
+    async def admit(self, tenant: str, tag: str | None, model: str | None, tier: str | None, upstream: str | None,
+                    request: object, body_bytes: int, at: datetime) -> tuple[int | None, str | None] | Rejection:
+        """(reservation, lease ids) for an admitted request ((None, None): no budget gates it), or the
+        Rejection of the first budget it does not fit."""
+        budgets = self.matching(tenant, tag)
+        if not budgets:
+            return None, None
+        r = self.reserver.worst_case(model, tier, upstream, request, body_bytes, at)
+        if r is None:
+            strict = [b for b in budgets if not b.allow_unpriced]
+            if strict:
+                return self._rejected(strict[0], at, None, "unpriced")
+            return None, None
+        leases = [self._lease(b, at) for b in budgets]
+        while True:
+            short = next((lease for lease in leases if lease.free < r), None)
+            if short is None:
+                for lease in leases:
+                    lease.in_flight += r
+                    lease.used = True
+                    self.metrics.reserved.labels(lease.budget.name).set(self._in_flight(lease.budget.name))
+                return r, ",".join(lease.id for lease in leases)
+            async with short.lock:
+                if short.free >= r:
+                    continue  # another request grew it meanwhile
+                try:
+                    granted = await asyncio.to_thread(self._grant, short, r - short.free)
+                except Exception as e:  # the database is away: an enforced budget fails closed
+                    log.warning("budget %s: cannot reach the ledger database to reserve: %s", short.budget.name, e)
+                    return self._rejected(short.budget, at, r, "unavailable")
+                if granted == 0:
+                    return self._rejected(short.budget, at, r, "exceeded")
+                short.amount += granted
+
+    def _rejected(self, budget: Budget, at: datetime, r: int | None, reason: str) -> Rejection:
+        self.metrics.rejections.labels(budget.name).inc()
+        return Rejection(budget, period_of(budget, at)[1], r, reason)
+
+    def _lease(self, budget: Budget, at: datetime) -> _Lease:
+        """This replica's lease of the budget's period that holds `at` (made on first use)."""
+        lease = self._current.get(budget.name)
+        us = to_micros(at)
+        if lease is not None and lease.scope.lo_us <= us < lease.scope.hi_us:
+            return lease
+        lo, hi = period_of(budget, at)
+        found = self._periods.get((budget.name, to_micros(lo)))
+        if found is None:
+            scope = Scope(budget.name, to_micros(lo), to_micros(hi), budget.tenant, budget.tag)
+            found = _Lease(f"{self.replica}.{secrets.token_hex(6)}", budget, scope, hi, self.limits[budget.name])
+            self._periods[(budget.name, scope.lo_us)] = found
+            self._by_id[found.id] = found
+        if lease is None or found.scope.lo_us > lease.scope.lo_us:
+            self._current[budget.name] = found
+        return found
+
+    def _grant(self, lease: _Lease, need: int) -> int:
+        """In a thread: ask the database for at least `need` more units for this lease."""
+        with self.store.budget_locked(lease.budget.name) as session:
+            g = grant(session, self.store.mark, lease.scope, lease.id, lease.limit, need, lease.limit // 20,
+                      self._now_us())
+        self._observe(lease.budget, g.standing)
+        return g.granted
+
+    # -- settling -----------------------------------------------------------------------------
+
+    def settled(self, records: Sequence[Record]) -> None:
+        """From the importer's thread: these records are in the ledger (or set aside). Their
+        reservations leave the leases (the database's part was done in the import)."""
+        if self._loop is None:
+            self._settle(records)
+        else:
+            with contextlib.suppress(RuntimeError):  # the loop closed at shutdown: nothing left to gate
+                self._loop.call_soon_threadsafe(self._settle, records)
+
+    def _settle(self, records: Sequence[Record]) -> None:
+        touched: set[str] = set()
+        for rec in records:
+            r, ids = rec.reserved_units, rec.budget_leases
+            if r is None or not ids:
+                continue
+            for lease_id in ids.split(","):
+                lease = self._by_id.get(lease_id)
+                if lease is None:
+                    continue  # a lease of an earlier process (a replayed journal): settled in its import
+                lease.amount -= r
+                lease.in_flight -= r
+                touched.add(lease.budget.name)
+                if OVER_RESERVATION in rec.flags and rec.cost_units is not None:
+                    self.metrics.overrun.labels(lease.budget.name).inc((rec.cost_units - r) / 10**10)
+        for name in touched:
+            self.metrics.reserved.labels(name).set(self._in_flight(name))
+
+    def _in_flight(self, budget: str) -> float:
+        return sum(lease.in_flight for lease in self._by_id.values() if lease.budget.name == budget) / 10**10
+
+    # -- upkeep ---------------------------------------------------------------------------------
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._task = loop.create_task(self._upkeep())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self._loop = None
+
+    async def _upkeep(self) -> None:
+        last_renewal = 0.0
+        while True:
+            try:
+                await asyncio.to_thread(self.refresh)
+                if self.clock() - last_renewal >= RENEW_EVERY_S:
+                    last_renewal = self.clock()
+                    await self.renew()
+            except Exception as e:  # the database may be away; leases are renewed again next time
+                log.warning("budget upkeep failed: %s", e)
+            await asyncio.sleep(REFRESH_EVERY_S)
+
+    async def renew(self) -> None:
+        """Keep this replica's leases alive; give back what an idle or finished period holds
+        beyond its requests in flight; forget a finished period once all of it is settled."""
+        now = to_micros(datetime.now(UTC))
+        for lease in list(self._by_id.values()):
+            async with lease.lock:
+                ended = now >= lease.scope.hi_us
+                if ended or not lease.used:
+                    # Lowered here first, on the loop: no request can be admitted from what is given back.
+                    lease.amount = max(lease.in_flight, 0)
+                lease.used = False
+                await asyncio.to_thread(self._write_lease, lease.id, lease.budget.name, lease.amount)
+                if ended and lease.in_flight <= 0:
+                    del self._by_id[lease.id]
+                    self._periods.pop((lease.budget.name, lease.scope.lo_us), None)
+
+    def _write_lease(self, lease_id: str, budget: str, amount: int) -> None:
+        """The lease's figure as this replica knows it (never below the truth, see the module's
+        docstring), renewed for another LEASE_TTL_US; a lease holding nothing is deleted."""
+        m = self.store.mark
+        with self.store.budget_locked(budget) as session:
+            if amount <= 0:
+                drop(session, m, lease_id)
+            else:
+                session.execute(f"UPDATE budget_leases SET amount = {m}, expires_at = {m} WHERE id = {m}",
+                                (amount, self._now_us() + LEASE_TTL_US, lease_id))
+
+    def refresh(self) -> None:
+        """In a thread: every budget's spent for the gauges, and its alert thresholds."""
+        now = datetime.now(UTC)
+        for b in self.budgets:
+            lo, hi = period_of(b, now)
+            scope = Scope(b.name, to_micros(lo), to_micros(hi), b.tenant, b.tag)
+            with self.store.budget_locked(None) as session:
+                s = standing(session, self.store.mark, scope, "", self._now_us())
+                self._observe(b, s)
+                limit = self.limits[b.name]
+                for pct in b.alert_at_pct:
+                    key = (b.name, scope.lo_us, pct)
+                    if key in self._alerted or s.spent * 100 < limit * pct:
+                        continue
+                    self._alerted.add(key)
+                    if alert_once(session, self.store.mark, b.name, scope.lo_us, pct, self._now_us()):
+                        self.metrics.alerts.labels(b.name, str(pct)).inc()
+                        log.warning("budget %s: %d%% of %s USD spent in the period starting %s", b.name, pct,
+                                    b.limit_usd, lo.isoformat())
+
+    def _observe(self, budget: Budget, s: Standing) -> None:
+        self.metrics.spent.labels(budget.name).set(s.spent / 10**10)
+
+    def _now_us(self) -> int:
+        return int(self.clock() * 1_000_000)

@@ -1,0 +1,71 @@
+"""A request's reservation: the most it can cost, known before it is forwarded.
+
+SPEC "Budgets (enforced)": the input side at the highest of the input, cache-write and 1-hour
+cache-write prices of its band, plus the most output it may ask for at the output price, of the
+tier it asked for. The input side is bounded by the body's UTF-8 byte length (a byte-level BPE
+token covers at least one byte), which costs nothing to know; counting tokens would cost more
+on the hot path than it saves in headroom.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from fnmatch import fnmatchcase
+from typing import Any
+
+from pricing import PriceBook
+from pricing.calculator import MAX_TOKENS, MICROS_PER_UNIT, rates_for
+from proxy.settings import ModelLimit
+
+DEFAULT_MAX_OUTPUT = 32_768
+MAX_RESERVATION = 10**18  # units: above any budget's limit (MAX_BUDGET_USD, 10^17 units), still one BIGINT
+_MAX_KEYS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+
+
+class Reserver:
+    def __init__(self, book: PriceBook, limits: Sequence[ModelLimit] = ()) -> None:
+        self.book = book
+        self.limits = tuple((tuple(g.lower() for g in m.match), m.max_output) for m in limits)
+
+    def worst_case(self, model_requested: str | None, tier_requested: str | None, upstream: str | None,
+                   request: Any, body_bytes: int, at: datetime) -> int | None:
+        """Units (10^-10 USD) the request can cost at most; None when its model has no price."""
+        model = self.book.canonical_model(None, model_requested)
+        if model is None:
+            return None
+        tier = self.book.resolve_tier(model_requested, (tier_requested,), model=model, at=at)
+        found = self.book.resolve(model, tier, at, upstream)
+        if found is None:
+            return None
+        input_side = min(body_bytes, MAX_TOKENS)
+        r = rates_for(found.price, input_side)
+        per_input = max(r.input, r.cache_read, r.cache_write, r.cache_write_1h)
+        output = min(self.max_output(model_requested, request), MAX_TOKENS)
+        micros = input_side * per_input + output * r.output
+        # Rounded up: a bound, never below the real cost. Past MAX_RESERVATION no budget can hold it.
+        return min(-(-micros // MICROS_PER_UNIT), MAX_RESERVATION)
+
+    def max_output(self, model: str | None, request: Any) -> int:
+        """The output the request may ask for: its own max × max(n, 1), else the model's limit."""
+        asked = None
+        if isinstance(request, dict):
+            for key in _MAX_KEYS:
+                v = request.get(key)
+                if type(v) is int and v > 0:
+                    asked = v
+                    break
+            n = request.get("n")
+            choices = min(n, 1_000_000) if type(n) is int and n >= 1 else 1
+        else:
+            choices = 1
+        if asked is None:
+            asked = self._model_limit(model)
+        return asked * choices
+
+    def _model_limit(self, model: str | None) -> int:
+        name = (model or "").lower()
+        for globs, max_output in self.limits:
+            if any(fnmatchcase(name, g) for g in globs):
+                return max_output
+        return DEFAULT_MAX_OUTPUT

@@ -1,0 +1,180 @@
+"""The budget engine against a real ledger database: reservations, leases shared by replicas,
+settlement in the import's transaction, expiry of a dead replica's lease, periods in a zone."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from pricing import Price, PriceBook
+from proxy.budget.engine import Budgets, Rejection
+from proxy.budget.metrics import BudgetMetrics
+from proxy.budget.periods import period_of
+from proxy.budget.reserve import Reserver
+from proxy.ledger import Ledger
+from proxy.ledger.record import Record
+from proxy.settings import Budget
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+AT = datetime(2026, 11, 10, 12, tzinfo=UTC)
+# $1 per million input tokens, $2 per million output: a body of 1,000 bytes asking for 500 tokens
+# reserves 1,000 x $1e-6 + 500 x $2e-6 = $0.002 = 20,000,000 units.
+PRICE = Price(model="m", tier="standard", effective_from=T0, input=Decimal(1), output=Decimal(2),
+              cache_read=Decimal("0.1"), cache_write=Decimal(1), source="t", match=("m",))
+R = 20_000_000
+REQUEST = {"model": "m", "max_tokens": 500}
+
+
+def budget(limit: str, **kw: object) -> Budget:
+    return Budget(name="b", limit_usd=Decimal(limit), mode="enforce", **kw)  # type: ignore[arg-type]
+
+
+def engine(ledger: Ledger, b: Budget, replica: str, clock: Callable[[], float] = time.time) -> Budgets:
+    e = Budgets([b], Reserver(PriceBook([PRICE])), ledger.store, BudgetMetrics(CollectorRegistry()), replica, clock)
+    ledger.settled = e.settled
+    return e
+
+
+async def admit(e: Budgets, at: datetime = AT, tenant: str = "t") -> tuple[int | None, str | None] | Rejection:
+    return await e.admit(tenant, None, "m", None, "up", REQUEST, 1000, at)
+
+
+def record(i: int, reserved: int | None, leases: str | None, cost: int, at: datetime = AT) -> Record:
+    return Record(id=f"r{i:06d}", start=at, tenant="t", endpoint="chat", stream=False, code=200, outcome="ok",
+                  model="m", tier="standard", input_tokens=1, output_tokens=1, cost_units=cost,
+                  reserved_units=reserved, budget_leases=leases)
+
+
+def started(url: str, ledgers: list[Ledger]) -> Ledger:
+    ledger = Ledger(url)
+    ledgers.append(ledger)
+    ledger.start()
+    return ledger
+
+
+def test_a_request_reserves_its_worst_case_and_the_limit_holds(db_url: str, ledgers: list[Ledger]) -> None:
+    ledger = started(db_url, ledgers)
+    e = engine(ledger, budget("0.01"), "a")  # room for five reservations of $0.002
+
+    async def burst() -> list[object]:
+        return await asyncio.gather(*(admit(e) for _ in range(12)))
+
+    results = asyncio.run(burst())
+    admitted: list[tuple[int, str]] = [r for r in results if not isinstance(r, Rejection)]  # type: ignore[misc]
+    refused = [r for r in results if isinstance(r, Rejection)]
+    assert len(admitted) == 5 and all(r == (R, admitted[0][1]) for r in admitted)
+    assert len(refused) == 7 and {r.reason for r in refused} == {"exceeded"}
+    assert refused[0].period_end == datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def test_two_replicas_share_one_limit_under_concurrency(db_url: str, ledgers: list[Ledger]) -> None:
+    ledger = started(db_url, ledgers)
+    b = budget("0.1")  # room for 50 reservations
+    a, c = engine(ledger, b, "a"), engine(ledger, b, "c")
+
+    async def burst() -> list[object]:
+        return await asyncio.gather(*(admit(a if i % 2 else c) for i in range(200)))
+
+    results = asyncio.run(burst())
+    assert sum(1 for r in results if not isinstance(r, Rejection)) == 50
+
+
+def lease_amounts(ledger: Ledger) -> dict[str, int]:
+    rows = ledger.store._read("SELECT id, amount FROM budget_leases", ())
+    return {row["id"]: int(row["amount"]) for row in rows}
+
+
+def test_an_import_turns_reservations_into_cost_once(db_url: str, ledgers: list[Ledger]) -> None:
+    ledger = started(db_url, ledgers)
+    e = engine(ledger, budget("0.01"), "a")
+
+    async def run() -> None:
+        e.start(asyncio.get_running_loop())
+        got = [await admit(e) for _ in range(5)]
+        assert all(not isinstance(g, Rejection) for g in got)
+        assert isinstance(await admit(e), Rejection)
+        lease_id = got[0][1]  # type: ignore[index]
+        assert lease_amounts(ledger) == {lease_id: 5 * R}
+        # Four requests cost a quarter of their reservation, one nothing: $0.002 spent of $0.01.
+        ledger.append_many([record(i, R, lease_id, R // 4) for i in range(4)] + [record(9, R, lease_id, 0)])
+        assert await asyncio.to_thread(ledger.flush)
+        await asyncio.sleep(0.05)  # the settlement reaches the loop
+        lease = e._by_id[lease_id]  # type: ignore[index]
+        # The import took the reservations off the lease in its own transaction, then here.
+        assert lease_amounts(ledger) == {lease_id: 0} and (lease.amount, lease.in_flight) == (0, 0)
+        # $0.008 of room again: four more reservations fit, the fifth does not.
+        more = [await admit(e) for _ in range(5)]
+        assert sum(1 for m in more if not isinstance(m, Rejection)) == 4
+        await e.stop()
+
+    asyncio.run(run())
+
+
+def test_a_model_without_a_price_is_refused_unless_allowed(db_url: str, ledgers: list[Ledger]) -> None:
+    ledger = started(db_url, ledgers)
+
+    async def unpriced(e: Budgets) -> object:
+        return await e.admit("t", None, "no-such-model", None, "up", {"max_tokens": 5}, 10, AT)
+
+    got = asyncio.run(unpriced(engine(ledger, budget("1"), "a")))
+    assert isinstance(got, Rejection) and got.reason == "unpriced"
+    assert asyncio.run(unpriced(engine(ledger, budget("1", allow_unpriced=True), "a"))) == (None, None)
+
+
+def test_budgets_match_tenant_and_tag(db_url: str, ledgers: list[Ledger]) -> None:
+    ledger = started(db_url, ledgers)
+    e = engine(ledger, budget("0", tenant="search", tag="rag"), "a")
+    assert asyncio.run(e.admit("other", "rag", "m", None, "up", REQUEST, 1000, AT)) == (None, None)
+    assert asyncio.run(e.admit("search", None, "m", None, "up", REQUEST, 1000, AT)) == (None, None)
+    assert isinstance(asyncio.run(e.admit("search", "rag", "m", None, "up", REQUEST, 1000, AT)), Rejection)
+
+
+def test_a_killed_replicas_lease_stops_counting_after_90_seconds(db_url: str, ledgers: list[Ledger]) -> None:
+    ledger = started(db_url, ledgers)
+    b = budget("0.01")
+    now = [AT.timestamp()]
+
+    async def run() -> None:
+        dead = engine(ledger, b, "dead", clock=lambda: now[0])
+        assert not isinstance(await admit(dead), Rejection)  # its lease holds part of the room
+        alive = engine(ledger, b, "alive", clock=lambda: now[0])
+        held = await asyncio.gather(*(admit(alive) for _ in range(5)))
+        assert sum(1 for h in held if not isinstance(h, Rejection)) < 5
+        now[0] += 91  # no renewal from the dead replica since
+        late = await asyncio.gather(*(admit(alive) for _ in range(5)))
+        assert sum(1 for h in late if not isinstance(h, Rejection)) >= 1
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize(("tz", "at", "start", "end"), [
+    # New York falls back on 2026-11-01: that local day is 25 hours long.
+    ("America/New_York", datetime(2026, 11, 1, 12, tzinfo=UTC), datetime(2026, 11, 1, 4, tzinfo=UTC),
+     datetime(2026, 11, 2, 5, tzinfo=UTC)),
+    # and springs forward on 2026-03-08: 23 hours.
+    ("America/New_York", datetime(2026, 3, 8, 12, tzinfo=UTC), datetime(2026, 3, 8, 5, tzinfo=UTC),
+     datetime(2026, 3, 9, 4, tzinfo=UTC)),
+    ("UTC", datetime(2026, 12, 31, 23, 59, tzinfo=UTC), datetime(2026, 12, 31, tzinfo=UTC),
+     datetime(2027, 1, 1, tzinfo=UTC)),
+])
+def test_day_periods_follow_the_zone_across_dst(tz: str, at: datetime, start: datetime, end: datetime) -> None:
+    assert period_of(Budget(name="b", limit_usd=Decimal(1), period="day", tz=tz), at) == (start, end)
+
+
+def test_a_new_period_admits_again(db_url: str, ledgers: list[Ledger]) -> None:
+    ledger = started(db_url, ledgers)
+    e = engine(ledger, budget("0.002", period="day", tz="America/New_York"), "a")
+    before = datetime(2026, 11, 2, 4, 59, tzinfo=UTC)  # 23:59 on the 25-hour day of 2026-11-01
+
+    async def run() -> None:
+        assert not isinstance(await admit(e, before), Rejection)
+        assert isinstance(await admit(e, before + timedelta(seconds=30)), Rejection)
+        assert not isinstance(await admit(e, before + timedelta(minutes=1)), Rejection)  # a new local day
+
+    asyncio.run(run())
