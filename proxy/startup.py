@@ -30,9 +30,13 @@ def startup_lines(settings: Settings, book: PriceBook, journal_dir: Path, now: d
     yield (f"prices: {len(prices)} entries in force" +
            (f", newest effective from {newest.date().isoformat()}" if newest else " (none: every call is unpriced)"))
     keyed = sum(1 for t in s.tenants if t.key_sha256)
-    budgets = (1 if s.monthly_budget_usd else 0) + sum(1 for t in s.tenants if t.monthly_budget_usd)
+    alert = (1 if s.monthly_budget_usd else 0) + sum(1 for t in s.tenants if t.monthly_budget_usd)
+    alert += sum(1 for b in s.budgets if not b.enforced)
+    enforced = [b.name for b in s.budgets if b.enforced]
+    shown = ", ".join(part for part in (f"{len(enforced)} enforced ({', '.join(enforced)})" if enforced else "",
+                                       f"{alert} alert only" if alert else "") if part)
     yield (f"proxy keys {'required (' + str(keyed) + ' tenants)' if s.keys_required else 'off'}; "
-           f"budgets {str(budgets) + ' (alert only)' if budgets else 'off'}; "
+           f"budgets {shown or 'off'}; "
            f"metrics token {'on' if s.metrics_token else 'off'}")
 
 

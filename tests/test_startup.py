@@ -35,3 +35,16 @@ def test_the_startup_lines_name_everything_and_reveal_nothing() -> None:
 def test_without_credentials() -> None:
     assert without_credentials("http://a:b@h:1/p?q=1") == "http://h:1/p"
     assert without_credentials("http://[::1]:8080/v1") == "http://[::1]:8080/v1"
+
+
+def test_the_startup_line_names_enforced_budgets_and_counts_alert_only_ones() -> None:
+    from decimal import Decimal
+
+    from proxy.settings import Budget
+
+    settings = Settings(budgets=(Budget("team-monthly", Decimal(5000), mode="enforce"),
+                                 Budget("all-daily", Decimal(300), period="day")),
+                        monthly_budget_usd=Decimal(100))
+    book = PriceBook(load_dir(default_tables_dir()))
+    text = "\n".join(startup_lines(settings, book, Path("/data/journal"), datetime(2026, 12, 1, tzinfo=UTC)))
+    assert "budgets 1 enforced (team-monthly), 2 alert only; " in text
