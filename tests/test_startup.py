@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 
 from pricing import PriceBook, default_tables_dir, load_dir
-from proxy.settings import Settings, Tenant, Upstream
+from proxy.settings import Budget, Settings, Tenant, Upstream
 from proxy.startup import startup_lines, without_credentials
 
 
@@ -38,10 +39,6 @@ def test_without_credentials() -> None:
 
 
 def test_the_startup_line_names_enforced_budgets_and_counts_alert_only_ones() -> None:
-    from decimal import Decimal
-
-    from proxy.settings import Budget
-
     settings = Settings(budgets=(Budget("team-monthly", Decimal(5000), mode="enforce"),
                                  Budget("all-daily", Decimal(300), period="day")),
                         monthly_budget_usd=Decimal(100))
