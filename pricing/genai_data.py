@@ -1,9 +1,6 @@
 """genai-prices' shipped data as llmmeter price entries (SPEC "Price tables, version 2" → Price data).
 
-Only the package's data module is read. Importing `genai_prices` itself would run its
-`__init__`, which imports its network price updater (and with it httpx2); so the package's
-folder is found with `importlib.util.find_spec` (which runs nothing), a bare stand-in package
-is put in `sys.modules` for the length of one import of `genai_prices.data`, and removed again.
+Only the package's shipped data module is read; its network price updater is never called.
 
 Conversion, per provider and model: dated prices (`ConditionalPrice` with a start date) become
 entries at 00:00Z of that date, the first one effective from 2000-01-01; request variants become
@@ -14,10 +11,7 @@ Whatever the price model cannot hold is returned as `Skipped`, never dropped sil
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import re
-import sys
-import types
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime
@@ -75,21 +69,9 @@ def load() -> Data:
     except PackageNotFoundError:
         raise ConfigError(f"{PACKAGE} is not installed: pip install 'llmmeter[prices]' "
                           f"(it pins {PACKAGE}=={PINNED})") from None
-    if "genai_prices" in sys.modules:  # already imported by someone else: use it as it is
-        data, kinds = importlib.import_module("genai_prices.data"), importlib.import_module("genai_prices.types")
-    else:
-        spec = importlib.util.find_spec("genai_prices")
-        if spec is None or not spec.submodule_search_locations:
-            raise ConfigError(f"{PACKAGE} {installed} is installed but its package folder was not found")
-        stand_in = types.ModuleType("genai_prices")
-        stand_in.__path__ = list(spec.submodule_search_locations)
-        sys.modules["genai_prices"] = stand_in
-        try:
-            data = importlib.import_module("genai_prices.data")
-            kinds = importlib.import_module("genai_prices.types")
-        finally:
-            if sys.modules.get("genai_prices") is stand_in:
-                del sys.modules["genai_prices"]  # a later `import genai_prices` runs the real one
+    # Importing the package starts nothing: its price updater (UpdatePrices) runs only when a
+    # program calls it, and llmmeter never does. Only the shipped `data` module is read.
+    data, kinds = importlib.import_module("genai_prices.data"), importlib.import_module("genai_prices.types")
     return Data(version=installed, providers=tuple(data.providers), types=kinds)
 
 

@@ -36,11 +36,16 @@ def skipped(result: ImportResult) -> list[str]:
 
 
 def test_reads_the_pinned_release_without_its_network_updater() -> None:
-    code = ("import sys; from pricing.genai_data import load; d = load(); "
-            "print(d.version, len(d.providers), 'httpx2' in sys.modules, 'genai_prices' in sys.modules)")
+    # Every connection attempt fails loudly in this process: reading the data must need none, and
+    # must start no updater thread.
+    code = ("import socket, threading\n"
+            "def refuse(*a, **k): raise SystemExit('network used')\n"
+            "socket.socket.connect = refuse; socket.create_connection = refuse\n"
+            "from pricing.genai_data import load; d = load()\n"
+            "print(d.version, len(d.providers), threading.active_count())")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    version, providers, httpx2, package = r.stdout.split()
-    assert (version, httpx2, package) == ("0.2.5", "False", "False") and int(providers) > 10, r.stderr
+    version, providers, threads = r.stdout.split()
+    assert (version, threads) == ("0.2.5", "1") and int(providers) > 10, r.stderr
 
 
 def test_import_writes_one_valid_table_per_provider(data: Data, tmp_path: Path) -> None:
