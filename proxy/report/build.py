@@ -39,6 +39,7 @@ from proxy.report.model import (
     WhatIf,
     WorkloadRow,
 )
+from proxy.report.unpriced import unpriced_estimated
 from proxy.settings import Budget, SelfHost
 from proxy.times import utc
 
@@ -109,6 +110,8 @@ def build_report(store: Store, inp: ReportInput) -> Report:
         reprice=reprice,
         self_hosting=self_hosting(rows, inp.selfhost, inp.self_hosted_upstreams, start, end, inp.now),
         budgets=budget_rows(store, inp.budgets, start, end, inp.now, inp.tenant),
+        unpriced_estimated=unpriced_estimated(store, inp.book, start, end, inp.tenant,
+                                              any(row.unpriced or row.estimated for row in rows)),
     )
 
 

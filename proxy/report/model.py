@@ -156,6 +156,40 @@ class BudgetRow:
 
 
 @dataclass(frozen=True, slots=True)
+class UncertainModelRow:
+    """One model, tier and upstream's unpriced or estimated requests (proxy/report/unpriced.py)."""
+
+    model: str  # the canonical model, else the one requested
+    tier: str
+    upstream: str
+    requests: int  # unpriced or estimated (a request that is both counts once)
+    tokens: int  # their five billing categories
+    unpriced_requests: int
+    estimated_requests: int
+    cost_units: int  # what the report's cost holds for them: the priced estimated requests' cost
+    nearest_model: str | None  # the price-table model the unpriced requests are priced at; None: none known
+    nearest_tier: str | None  # the tier of the entry used
+    cost_at_nearest_units: int | None  # cost_units + the unpriced requests at the nearest price; None: none known
+
+
+@dataclass(frozen=True, slots=True)
+class UnpricedEstimated:
+    """The month's requests whose cost is unknown or rests on estimated usage, and what they would
+    cost at the nearest known price (SPEC "Monthly report", version 3)."""
+
+    requests: int = 0  # unpriced or estimated, each request once
+    tokens: int = 0
+    cost_at_nearest_units: int = 0  # over the rows with a nearest price
+    unpriced_requests: int = 0
+    unpriced_tokens: int = 0
+    unpriced_without_price_requests: int = 0  # unpriced requests for which no price is known at all
+    estimated_requests: int = 0
+    estimated_tokens: int = 0
+    estimated_cost_units: int = 0  # a part of the report's cost
+    models: tuple[UncertainModelRow, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Day:
     date: date
     usage: Usage
@@ -239,3 +273,4 @@ class Report:
     reprice: Reprice | None  # only with --reprice-at
     self_hosting: SelfHosting
     budgets: tuple[BudgetRow, ...] = ()  # each [[budget]]'s periods that overlap the month
+    unpriced_estimated: UnpricedEstimated = UnpricedEstimated()  # requests with no price or estimated usage

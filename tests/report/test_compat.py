@@ -17,7 +17,7 @@ from tests.report.conftest import VARIANTS
 
 DATA = Path(__file__).parent / "data"
 V3_FIELDS = {"cache_write_1h_tokens", "web_search_calls", "fees_usd", "provider_cost_usd"}
-V3_TOP = {"by_band", "speed", "budgets"}
+V3_TOP = {"by_band", "speed", "budgets", "unpriced_estimated"}
 V3_WHAT_IF = {"all_batch_usd", "all_flex_usd"}
 
 
@@ -53,5 +53,5 @@ def test_csv_rows_are_what_they_were(build: Callable[[str], Report], variant: st
     assert new[0][:width] == old[0]
     assert new[0][width:width + 4] == ["cache_write_1h_tokens", "web_search_calls", "fees_usd", "provider_cost_usd"]
     assert [row[:width] for row in new[1:len(old)]] == old[1:]
-    assert {row[0] for row in new[len(old):]} <= {"by_band", "speed"}
+    assert {row[0] for row in new[len(old):]} <= {"by_band", "speed", "unpriced_estimated"}
     assert [row[0] for row in new[len(old):]].count("by_band") == 2  # kimi-k3.1-pro standard and highspeed

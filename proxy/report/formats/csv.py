@@ -15,20 +15,22 @@ from proxy.report.formats.json import report_dict
 from proxy.report.model import Report
 
 SECTIONS = ("totals", "by_model", "by_tenant", "by_tag", "by_workload", "by_tag_workload", "daily", "hourly",
-            "by_band", "speed", "budgets")
+            "by_band", "speed", "budgets", "unpriced_estimated")
 # Version 3's columns come after every earlier one, so a reader of the earlier layout finds
 # its columns where they were; the new sections' own columns follow them.
 _V3_COLUMNS = ("cache_write_1h_tokens", "web_search_calls", "fees_usd", "provider_cost_usd")
-_V3_SECTIONS = ("by_band", "speed", "budgets")
+_V3_SECTIONS = ("by_band", "speed", "budgets", "unpriced_estimated")
 # Columns whose text is a number llmmeter wrote: never altered.
-_NUMBERS = frozenset({"cost_usd", "fees_usd", "provider_cost_usd", "limit_usd", "spent_usd", "rejected_cost_usd"})
+_NUMBERS = frozenset({"cost_usd", "fees_usd", "provider_cost_usd", "limit_usd", "spent_usd", "rejected_cost_usd",
+                      "cost_at_nearest_usd"})
 
 
 def render_csv(r: Report) -> str:
     d = report_dict(r)
     tables: list[tuple[str, list[dict[str, Any]]]] = [("totals", [d["totals"]])]
     tables += [(name, d[name]) for name in SECTIONS[1:7]] + [("hourly", d["hourly_profile"])]
-    tables += [(name, d[name]) for name in _V3_SECTIONS]
+    tables += [(name, d[name]) for name in _V3_SECTIONS[:-1]]
+    tables += [("unpriced_estimated", d["unpriced_estimated"]["models"])]  # a row per model, tier and upstream
     columns: list[str] = ["section"]
     for name, rows in tables:
         if name not in _V3_SECTIONS:

@@ -66,6 +66,7 @@ def render_html(r: Report) -> str:
         body.append(f'<p class="warn">Unpriced models (their cost is unknown and not in the totals): '
                     f"{esc(', '.join(r.unpriced_models))}.</p>")
     body += ["<h2>Cost</h2>", _figure(charts["daily-cost"]), _table(tables["by_model"]),
+             _table_or_note(tables["unpriced_estimated"]),
              "<h2>Tokens</h2>", _figure(charts["token-mix"]), _table(tables["totals"]), _figure(charts["cache-by-day"]),
              "<h2>Who and what</h2>", _table(tables["by_tenant"]), _table(tables["by_tag"]),
              _figure(charts["tag-workload"]), _table(tables["by_workload"]), _table(tables["by_tag_workload"]),
@@ -131,6 +132,11 @@ def _table(t: Table) -> str:
     return (f'<div class="scroll"><table data-section="{esc(t.key)}"><caption>{esc(t.title)}</caption>'
             f"<thead><tr>{''.join(head(i) for i in range(len(t.columns)))}</tr></thead>"
             f"<tbody>{body}</tbody>{foot}</table></div>{note}")
+
+
+def _table_or_note(t: Table) -> str:
+    """A table with rows; else what its absence means, in one sentence."""
+    return _table(t) if t.rows else f'<p class="note" data-section="{esc(t.key)}">{esc(t.empty)}</p>'
 
 
 def _align(i: int, t: Table) -> str:

@@ -6,7 +6,16 @@ import json
 from typing import Any
 
 from pricing import format_usd
-from proxy.report.model import BudgetRow, Day, Report, SelfHosting, SpeedRow, Usage
+from proxy.report.model import (
+    BudgetRow,
+    Day,
+    Report,
+    SelfHosting,
+    SpeedRow,
+    UncertainModelRow,
+    UnpricedEstimated,
+    Usage,
+)
 from proxy.times import rfc3339
 
 
@@ -31,6 +40,7 @@ def report_dict(r: Report) -> dict[str, Any]:
     d["hourly_profile"] = [{"hour": h.hour, "requests": h.requests, "tokens": h.tokens} for h in r.hourly_profile]
     d["peak_to_offpeak_ratio"] = r.peak_to_offpeak_ratio
     d["speed"] = [speed(x) for x in r.speed]
+    d["unpriced_estimated"] = unpriced_estimated(r.unpriced_estimated)
     d["budgets"] = [budget(x) for x in r.budgets]
     f, w = r.forecast, r.what_if
     d["forecast"] = {"month_complete": f.month_complete, "projected_cost_usd": format_usd(f.projected_cost_units),
@@ -99,6 +109,25 @@ def budget(x: BudgetRow) -> dict[str, Any]:
             "period_end": rfc3339(x.period_end, "seconds"), "limit_usd": format_usd(x.limit_units),
             "spent_usd": format_usd(x.spent_units), "rejected_requests": x.rejected_requests,
             "rejected_cost_usd": format_usd(x.rejected_units)}
+
+
+def unpriced_estimated(u: UnpricedEstimated) -> dict[str, Any]:
+    """SPEC's four keys (requests, tokens, cost_at_nearest_usd, models), then the split between
+    unpriced and estimated requests; models as rows of model, tier and upstream."""
+    return {"requests": u.requests, "tokens": u.tokens, "cost_at_nearest_usd": format_usd(u.cost_at_nearest_units),
+            "models": [uncertain_model(x) for x in u.models],
+            "unpriced_requests": u.unpriced_requests, "unpriced_tokens": u.unpriced_tokens,
+            "unpriced_without_price_requests": u.unpriced_without_price_requests,
+            "estimated_requests": u.estimated_requests, "estimated_tokens": u.estimated_tokens,
+            "estimated_cost_usd": format_usd(u.estimated_cost_units)}
+
+
+def uncertain_model(x: UncertainModelRow) -> dict[str, Any]:
+    at = x.cost_at_nearest_units
+    return {"model": x.model, "tier": x.tier, "upstream": x.upstream, "requests": x.requests, "tokens": x.tokens,
+            "unpriced_requests": x.unpriced_requests, "estimated_requests": x.estimated_requests,
+            "cost_usd": format_usd(x.cost_units), "nearest_model": x.nearest_model, "nearest_tier": x.nearest_tier,
+            "cost_at_nearest_usd": None if at is None else format_usd(at)}
 
 
 def self_hosting(sh: SelfHosting) -> dict[str, Any]:

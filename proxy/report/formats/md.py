@@ -33,6 +33,7 @@ def render_md(r: Report) -> str:
         parts += [f"Forecast: {money(f.projected_cost_units)} and {count(f.projected_tokens)} tokens by month "
                   f"end ({f.method}).", ""]
     parts += _section(tables["speed"])
+    parts += _section(tables["unpriced_estimated"])
     if r.budgets:
         parts += _section(tables["budgets"])
     parts += _section(tables["what_if"])

@@ -12,7 +12,7 @@ from decimal import Decimal, InvalidOperation
 from zoneinfo import ZoneInfo
 
 from proxy.protocol.names import WORKLOADS
-from proxy.report.model import BudgetRow, Report, SelfHosting, Usage
+from proxy.report.model import BudgetRow, Report, SelfHosting, UnpricedEstimated, Usage
 from proxy.report.numbers import count, money, percent
 
 WORKLOAD_NAMES = {w: w.replace("_", " ") for w in WORKLOADS}  # "very_long" reads "very long"
@@ -132,6 +132,7 @@ def report_tables(r: Report) -> dict[str, Table]:
         _by_band(r, cols),
         _speed(r),
         _budgets(r.budgets),
+        _unpriced_estimated(r.unpriced_estimated),
         _daily(r, cols),
         _what_if(r),
         _self_hosting(r.self_hosting),
@@ -212,6 +213,42 @@ def _budgets(rows: tuple[BudgetRow, ...]) -> Table:
                       "their reservations, each the request's worst case, so it is an upper bound (a refused "
                       "request to a model with no price adds nothing to it).",
                  empty="No [[budget]] in the configuration.")
+
+
+NO_NEAREST = "none known"  # an unpriced model with no price of its own or of its family
+
+
+def _unpriced_estimated(u: UnpricedEstimated) -> Table:
+    """Requests with no price or estimated usage, per model, tier and upstream, and what they would
+    cost at the nearest known price (proxy/report/unpriced.py)."""
+    columns = (_label("model"), _label("tier"), _label("upstream"), Column("requests", "count"),
+               Column("unpriced", "requests"), Column("estimated", "requests"), Column("tokens", "all types"),
+               Column("in the report's cost", "USD"), _label("nearest known price"),
+               Column("cost at the nearest price", "USD"))
+
+    def nearest(model: str | None, tier: str | None, unpriced: int) -> str:
+        if not unpriced:
+            return "own price"
+        return NO_NEAREST if model is None else f"{model} / {tier}"
+
+    rows = tuple((x.model or "-", x.tier or "-", x.upstream, count(x.requests), count(x.unpriced_requests),
+                  count(x.estimated_requests), count(x.tokens), money(x.cost_units),
+                  nearest(x.nearest_model, x.nearest_tier, x.unpriced_requests),
+                  "-" if x.cost_at_nearest_units is None else money(x.cost_at_nearest_units)) for x in u.models)
+    total = ("Total", "", "", count(u.requests), count(u.unpriced_requests), count(u.estimated_requests),
+             count(u.tokens), money(u.estimated_cost_units), "", money(u.cost_at_nearest_units))
+    notes = ["Unpriced requests had no price when they were written: their cost is not in the report's totals. "
+             "The nearest known price is their model's own entry if the price tables know it now, else the entry "
+             "of the model whose name the unpriced one extends (claude-sonnet-4-5-20991231: claude-sonnet-4-5), at "
+             "its base prices; else none, and they are left out of the cost at the nearest price. "
+             "Estimated requests are priced (their cost is in the totals) from usage llmmeter counted itself, "
+             "because the upstream reported none."]
+    if u.unpriced_without_price_requests:
+        notes.append(f"{count(u.unpriced_without_price_requests)} unpriced requests have no known price at all.")
+    return Table("unpriced_estimated", "Unpriced and estimated", columns, rows, total if rows else None,
+                 note=" ".join(notes),
+                 empty="No unpriced and no estimated requests this month: every cost comes from a price entry and "
+                       "the upstream's own usage.")
 
 
 def _daily(r: Report, cols: UsageColumns) -> Table:
