@@ -129,6 +129,7 @@ def test_shipped_example_config_loads() -> None:
     s = load(example, env={"MOONSHOT_API_KEY": "k"})
     assert [u.name for u in s.upstreams] == ["selfhosted", "moonshot"]
     assert [t.name for t in s.tenants] == ["search-team", "agents"] and s.keys_required
+    assert [(b.name, b.enforced) for b in s.budgets] == [("search-team-monthly", True), ("everything-daily", False)]
 
 
 def test_an_upstream_key_with_a_trailing_newline_is_trimmed(tmp_path: Path) -> None:
