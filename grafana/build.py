@@ -30,6 +30,7 @@ RATIO, REQ_S, TIMES = "percentunit", "reqps", "suffix:×"
 TM = 'tenant=~"$tenant", model=~"$model"'
 M = 'model=~"$model"'
 U = 'upstream=~"$upstream"'
+B = 'budget=~"$budget"'
 INPUT_SIDE = 'type=~"input|cache_read|cache_write|cache_write_1h"'
 CACHE_TYPES = 'type=~"cache_read|cache_write|cache_write_1h"'
 CACHE_WRITES = 'type=~"cache_write|cache_write_1h"'
@@ -120,7 +121,7 @@ class Board:
                    "orientation": "auto", "textMode": "auto", "colorMode": "value", "graphMode": "none",
                    "justifyMode": "auto", "showPercentChange": False, "percentChangeColorMode": "standard",
                    "wideLayout": True}
-        more = {} if decimals is None else {"decimals": decimals}
+        more: Json = {} if decimals is None else {"decimals": decimals}
         self.panel("stat", title, description, targets, unit, w, h, options, steps=steps, color="thresholds",
                    extra=extra, **more)
 
@@ -216,6 +217,16 @@ def label_var(label: str, title: str) -> Json:
             "current": {"text": ["All"], "value": ["$__all"]}, "options": [], "hide": 0, "skipUrlSync": False}
 
 
+def budget_var() -> Json:
+    """The [[budget]] tables of llmmeter.toml, by name (their gauges exist from start-up)."""
+    return {"name": "budget", "label": "Budget", "type": "query", "datasource": DS,
+            "query": {"qryType": 1, "query": "label_values(llmmeter_budget_limit_usd, budget)",
+                      "refId": "PrometheusVariableQueryEditor"},
+            "description": "The [[budget]] tables of llmmeter.toml (the Budgets row).",
+            "refresh": 2, "includeAll": True, "allValue": ".*", "multi": True, "sort": 1, "regex": "",
+            "current": {"text": ["All"], "value": ["$__all"]}, "options": [], "hide": 0, "skipUrlSync": False}
+
+
 def nodes_var() -> Json:
     values = ["1", "2", "3", "4", "6", "8"]
     return {"name": "nodes", "label": "Self-hosting nodes", "type": "custom", "query": ",".join(values),
@@ -228,9 +239,10 @@ def nodes_var() -> Json:
 # ---------------------------------------------------------------------------------------
 def cost() -> Board:
     b = Board("llmmeter-cost", "llmmeter / Cost",
-              "What the API costs: spend today, this month and projected; by model, tier, tenant and tag; "
-              "tokens by type; the cache's hit ratio and savings, and its writes by lifetime; per-call fees; "
-              "the provider's own cost beside llmmeter's; the prices in force.")
+              "What the API costs: spend today, this month and projected; each budget's burn-down, when it "
+              "runs out, and what it refused; by model, tier, tenant and tag; tokens by type; the cache's hit "
+              "ratio and savings, and its writes by lifetime; per-call fees; the provider's own cost beside "
+              "llmmeter's; the prices in force.", extra_vars=[budget_var()])
     b.row("Spend")
     b.stat("Spend today", "What calls cost since midnight (dashboard time zone), from the cost counters. "
            "Filtered by tenant and model.",
@@ -252,12 +264,45 @@ def cost() -> Board:
            [q(f'sum(increase(llmmeter_tokens_total{{{TM}, {CACHE_TYPES}}}[$__range]) '
               "* on (model, tier, type) group_left () llmmeter:cache_saving_usd_per_million) / 1e6",
               "saved", instant=True)], USD, steps=GREEN)
-    b.bargauge("Budget used this month", "Month-to-date spend as a share of each monthly budget set in "
-               "llmmeter.toml ('all' is [budget] monthly_usd). Empty when no budget is set. Budgets alert, "
-               "they do not block calls.",
+    b.bargauge("Budget used this month", "Month-to-date spend as a share of each legacy monthly budget "
+               "([budget] monthly_usd as 'all', [[tenant]] monthly_budget_usd). Empty when none is set. These "
+               "only alert; [[budget]] tables are in the Budgets row.",
                [q("llmmeter:month_to_date_cost_usd / on (tenant) (max by (tenant) (llmmeter_monthly_budget_usd) "
                   "> 0)", "{{tenant}}", instant=True)],
                RATIO, w=4, h=4, steps=thresholds((None, "green"), (0.8, "orange"), (1, "red")), max_=1)
+
+    b.row("Budgets")
+    spent = f"max by (budget) (llmmeter_budget_spent_usd{{{B}}})"
+    b.timeseries("Budget burn-down", "Each [[budget]]'s spent in its current period (the ledger's priced cost of "
+                 "the requests it matches, the same on every replica) against its limit, and where spent will be "
+                 "in 6 hours at the last hour's spend rate. Spent falls to 0 when a period (a day or a month in "
+                 "the budget's time zone) ends.",
+                 [q(spent, "{{budget}} spent"),
+                  q(f"max by (budget) (llmmeter_budget_limit_usd{{{B}}})", "{{budget}} limit"),
+                  q(f"{spent} + on (budget) llmmeter:budget_spend_usd_per_hour:deriv1h{{{B}}} * 6",
+                    "{{budget}} in 6 h at this rate")], USD)
+    b.bargauge("Budget used", "Spent as a share of the limit in the current period. An enforced budget refuses "
+               "requests (429 budget_exceeded) that would take it past 100%; an alert-mode one only alerts.",
+               [q(f"sort_desc(llmmeter:budget_used:ratio{{{B}}})", "{{budget}}", instant=True)], RATIO, w=6,
+               steps=thresholds((None, "green"), (0.8, "orange"), (1, "red")), max_=1)
+    b.bargauge("Runs out in", "The forecast: time until the limit is reached at the last hour's spend rate "
+               "(0 once it is). Absent while a budget is not being spent, and for about an hour after its "
+               "period starts again. Later than the period's end means it will last.",
+               [q(f"sort(llmmeter:budget_exhausted_in_seconds:deriv1h{{{B}}})", "{{budget}}", instant=True)],
+               SECONDS, w=6, steps=thresholds((None, "red"), (4 * 3600, "orange"), (86400, "green")))
+    b.timeseries("Requests refused by budgets", "Per second, per budget: requests an enforced budget refused "
+                 "with 429 budget_exceeded (they never reached an upstream; SDKs do not retry them), with 503 "
+                 "while the ledger's database was unreachable, or because their model has no price.",
+                 [q(f"sum by (budget) (rate(llmmeter_budget_rejections_total{{{B}}}[$__rate_interval]))",
+                    "{{budget}}")], REQ_S, w=8)
+    b.timeseries("Reserved in flight", "The worst-case cost of requests admitted and not yet in the ledger, "
+                 "summed over replicas. It is held against the limit until each request's record is imported.",
+                 [q(f"sum by (budget) (llmmeter_budget_reserved_usd{{{B}}})", "{{budget}}")], USD, w=8)
+    b.bargauge("Overrun of reservations in range", "What requests cost beyond their reservation (estimated "
+               "usage, server tools adding input), over the dashboard's time range: the most a period can end "
+               "above its limit. Such records are flagged over_reservation.",
+               [q(f"sort_desc(sum by (budget) (increase(llmmeter_budget_overrun_usd_total{{{B}}}[$__range])))",
+                  "{{budget}}", instant=True)], USD, w=8)
 
     b.row("Where the money goes")
     b.timeseries("Spend rate by model and tier", "USD per hour, stacked. Highspeed costs about twice standard "

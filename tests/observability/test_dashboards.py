@@ -84,7 +84,11 @@ def test_cost_dashboard_covers_what_it_promises() -> None:
     for needle in ("llmmeter:month_to_date_cost_usd", "llmmeter:projected_month_cost_usd", "by (model, tier)",
                    "by (tenant)", "llmmeter_tokens_total", "cache_saving_usd_per_million",
                    "llmmeter_price_per_million_usd", "llmmeter_tagged_cost_usd_total", "cache_write_1h",
-                   "llmmeter_fees_usd_total", "llmmeter_provider_cost_usd_total", "llmmeter_provider_costed_usd_total"):
+                   "llmmeter_fees_usd_total", "llmmeter_provider_cost_usd_total", "llmmeter_provider_costed_usd_total",
+                   "llmmeter_budget_spent_usd", "llmmeter_budget_limit_usd", "llmmeter:budget_used:ratio",
+                   "llmmeter:budget_exhausted_in_seconds:deriv1h", "llmmeter:budget_spend_usd_per_hour:deriv1h",
+                   "llmmeter_budget_rejections_total", "llmmeter_budget_reserved_usd",
+                   "llmmeter_budget_overrun_usd_total", '$budget'):
         assert needle in text["llmmeter-cost"], needle
     for needle in ("time_to_first_token", "request_duration", "proxy_overhead", "by (code)",
                    "estimated_usage", "llmmeter_ledger_pending_records", "histogram_quantile(0.99"):
@@ -96,6 +100,11 @@ def test_cost_dashboard_covers_what_it_promises() -> None:
     assert [p.get("interval") for p in panels(selfhost) if p["title"] == "Daily tokens"] == ["1d"]
     assert [p.get("timeFrom") for p in panels(cost) if p["title"] == "Spend today"] == ["now/d"]
     assert latency["uid"] == "llmmeter-latency"
+    # Each budget's burn-down: spent against its limit, and spent carried forward at its spend rate.
+    [burn] = [p for p in panels(cost) if p["title"] == "Budget burn-down"]
+    assert [t["legendFormat"] for t in burn["targets"]] == ["{{budget}} spent", "{{budget}} limit",
+                                                            "{{budget}} in 6 h at this rate"]
+    assert variables(cost)["budget"]["query"]["query"] == "label_values(llmmeter_budget_limit_usd, budget)"
 
 
 # -- type-checking against @grafana/schema ----------------------------------------------------

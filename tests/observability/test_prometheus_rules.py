@@ -35,7 +35,9 @@ def test_rules_are_valid() -> None:
     names = {r.get("alert") for _, r in rules()}
     assert {"LLMMeterTargetDown", "LLMMeterSpendRateAboveBudget", "LLMMeterUpstreamErrors",
             "LLMMeterEstimatedUsageRising", "LLMMeterLedgerBacklogGrowing", "LLMMeterMeteringFaults",
-            "LLMMeterLedgerRejectedRecords", "LLMMeterLedgerLostRecords"} <= names
+            "LLMMeterLedgerRejectedRecords", "LLMMeterLedgerLostRecords", "LLMMeterBudgetThresholdCrossed",
+            "LLMMeterBudgetRunsOutSoon", "LLMMeterBudgetSpent", "LLMMeterBudgetRejecting",
+            "LLMMeterBudgetOverrun"} <= names
 
 
 def test_promtool_rejects_a_broken_rule(tmp_path: Path) -> None:
@@ -50,7 +52,7 @@ def test_promtool_rejects_a_broken_rule(tmp_path: Path) -> None:
 
 def test_rule_unit_tests_pass() -> None:
     tests = sorted((PROMETHEUS_DIR / "tests").glob("*.yml"))
-    assert len(tests) >= 2
+    assert len(tests) >= 3
     r = promtool("test", "rules", *(str(t.relative_to(PROMETHEUS_DIR)) for t in tests))
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count("SUCCESS") == len(tests)
