@@ -45,8 +45,9 @@ from tests.strict import require
 KEYS = {"search-team": "llmm-live-check-search-team-0001", "agents": "llmm-live-check-agents-0002"}
 MSGS: Any = [{"role": "user", "content": "hello there"}]
 RANGE_S = 300
-ALL = {"tenant": ".*", "model": ".*", "upstream": ".*", "nodes": "2"}
-ONE = {"tenant": ["search-team"], "model": ["kimi-k3.1-pro"], "upstream": ["moonshot"], "nodes": "2"}
+ALL = {"tenant": ".*", "model": ".*", "upstream": ".*", "nodes": "2", "budget": ".*"}
+ONE = {"tenant": ["search-team"], "model": ["kimi-k3.1-pro"], "upstream": ["moonshot"], "nodes": "2",
+       "budget": ["probe"]}
 
 
 def config(api: FakeUpstream, local: FakeUpstream) -> str:
@@ -69,8 +70,20 @@ api_key_env = "MOONSHOT_API_KEY"
 [[tag]]
 name = "rag-search"
 
-[budget]
-monthly_usd = "5000"
+[[tag]]
+name = "budget-probe"
+
+[[budget]]
+name = "live-monthly"
+tenant = "search-team"
+limit_usd = "1000"
+
+[[budget]]
+name = "probe"
+tag = "budget-probe"
+limit_usd = "0.05"
+mode = "enforce"
+alert_at_pct = [10, 50]
 {tenants}"""
 
 
@@ -125,6 +138,17 @@ def drive(proxy: Served, tenant: str, key: str) -> None:
     oa.chat.completions.create(model="mystery-model-9", messages=MSGS)
 
 
+def probe_budget(proxy: Served) -> None:
+    """The enforced `probe` budget ($0.05): a request whose usage far exceeds its reservation
+    (an overrun that spends the budget and crosses both thresholds), then one it refuses."""
+    oa = OpenAI(base_url=proxy.base_url, api_key=KEYS["agents"], max_retries=0,
+                default_headers={"X-LLMMeter-Tag": "budget-probe"})
+    oa.chat.completions.create(model="kimi-k3.1-pro", messages=MSGS, max_tokens=20,
+                               extra_headers=usage(prompt=40_000, completion=10))
+    with pytest.raises(openai.RateLimitError):  # its worst case, a million output tokens, cannot fit
+        oa.chat.completions.create(model="kimi-k3.1-pro", messages=MSGS, max_tokens=1_000_000)
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, Prometheus]]:
     """One stack for the module's tests: traffic and the 15 s month-to-date cache take a while."""
@@ -152,6 +176,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, Pr
                 calls = wave * (2 * CALLS_PER_TENANT + 1)
                 wait_for(prom, f"sum(llmmeter_requests_total) >= {calls}", 30)
             assert len(proxy.rows(expect=calls)) >= calls
+            probe_budget(proxy)
+            for expr in ("llmmeter_budget_overrun_usd_total > 0", "llmmeter_budget_rejections_total > 0",
+                         'llmmeter_budget_alerts_total{threshold="50"} > 0'):
+                wait_for(prom, expr, 30)
             # Every recorded series, the month-to-date gauge (it reads the ledger at most every
             # 15 s) and what is computed from it included.
             wait_for(prom, 'llmmeter:month_to_date_cost_usd{tenant="agents"} > 0', 40)
@@ -205,7 +233,8 @@ def test_every_panel_query_and_rule_runs_on_live_data(stack: tuple[Served, Prome
             assert m, var["query"]
             found = prom.api(f"label/{m[2]}/values", **{"match[]": m[1]})
             assert set(found) >= {"tenant": {"search-team", "agents"}, "model": {"kimi-k3.1-pro"},
-                                  "upstream": {"moonshot", "selfhosted"}}[name], (name, found)
+                                  "upstream": {"moonshot", "selfhosted"},
+                                  "budget": {"live-monthly", "probe"}}[name], (name, found)
 
     # Every panel query, with everything selected and with one tenant, model and upstream.
     queries = panel_queries()
@@ -248,5 +277,10 @@ def test_month_to_date_in_prometheus_is_the_ledger(stack: tuple[Served, Promethe
     assert tiers == {"standard", "highspeed"}
     used = {s["metric"]["tenant"]: float(s["value"][1]) for s in prom.query(
         "llmmeter:month_to_date_cost_usd / on (tenant) (max by (tenant) (llmmeter_monthly_budget_usd) > 0)")}
-    assert set(used) == {"all", "search-team"}
+    assert set(used) == {"search-team"}
+    # The live-monthly [[budget]] (search-team, this UTC month): its spent gauge is the ledger's too.
+    want = float(ledger["search-team"])
+    wait_for(prom, f'abs(max(llmmeter_budget_spent_usd{{budget="live-monthly"}}) - {want}) < 1e-9', 20)
+    [limit] = prom.query('llmmeter_budget_limit_usd{budget="live-monthly"}')
+    assert float(limit["value"][1]) == 1000
     assert used["search-team"] == pytest.approx(float(ledger["search-team"]) / 1000)
