@@ -143,6 +143,11 @@ class PriceBook:
                                   geo_unpriced=bool(geo) and geo not in UNPREMIUMED_GEOS)
         return None
 
+    def epoch(self, at: datetime) -> int:
+        """How many entries' effective_from have passed at `at`: which entries are in force
+        depends on nothing else, so callers may key their own memos by it."""
+        return bisect_right(self._instants, at)
+
     def in_force(self, at: datetime) -> list[Price]:
         """For each (model, tier, upstream, inference_geo), the entry that applies at `at`."""
         current: dict[tuple[str, str, str | None, str | None], Price] = {}

@@ -104,6 +104,11 @@ class Budgets:
         self._task: asyncio.Task[None] | None = None
         for b in budgets:
             metrics.limit.labels(b.name).set(float(b.limit_usd))
+            # Every series from the start, at 0: increase() cannot see a counter's first step otherwise.
+            metrics.rejections.labels(b.name)
+            metrics.overrun.labels(b.name)
+            for pct in b.alert_at_pct:
+                metrics.alerts.labels(b.name, str(pct))
 
     # -- the request path -------------------------------------------------------------------
 
@@ -131,7 +136,6 @@ class Budgets:
                 for lease in leases:
                     lease.in_flight += r
                     lease.used = True
-                    self.metrics.reserved.labels(lease.budget.name).set(self._in_flight(lease.budget.name))
                 return r, ",".join(lease.id for lease in leases)
             async with short.lock:
                 if short.free >= r:
@@ -201,10 +205,13 @@ class Budgets:
                 if OVER_RESERVATION in rec.flags and rec.cost_units is not None:
                     self.metrics.overrun.labels(lease.budget.name).inc((rec.cost_units - r) / 10**10)
         for name in touched:
-            self.metrics.reserved.labels(name).set(self._in_flight(name))
+            self._show_reserved(name)
 
-    def _in_flight(self, budget: str) -> float:
-        return sum(lease.in_flight for lease in self._by_id.values() if lease.budget.name == budget) / 10**10
+    def _show_reserved(self, budget: str) -> None:
+        """The reserved gauge: set here and by the upkeep, never per request (it costs a label
+        lookup and a sum over the leases)."""
+        held = sum(lease.in_flight for lease in self._by_id.values() if lease.budget.name == budget)
+        self.metrics.reserved.labels(budget).set(held / 10**10)
 
     # -- upkeep ---------------------------------------------------------------------------------
 
@@ -223,6 +230,8 @@ class Budgets:
         last_renewal = 0.0
         while True:
             try:
+                for b in self.enforced:
+                    self._show_reserved(b.name)
                 await asyncio.to_thread(self.refresh)
                 if self.clock() - last_renewal >= RENEW_EVERY_S:
                     last_renewal = self.clock()

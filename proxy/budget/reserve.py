@@ -14,37 +14,54 @@ from datetime import datetime
 from fnmatch import fnmatchcase
 from typing import Any
 
-from pricing import PriceBook
+from pricing import Price, PriceBook
 from pricing.calculator import MAX_TOKENS, MICROS_PER_UNIT, rates_for
 from proxy.settings import ModelLimit
 
 DEFAULT_MAX_OUTPUT = 32_768
 MAX_RESERVATION = 10**18  # units: above any budget's limit (MAX_BUDGET_USD, 10^17 units), still one BIGINT
 _MAX_KEYS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+_MEMO = 4096
 
 
 class Reserver:
     def __init__(self, book: PriceBook, limits: Sequence[ModelLimit] = ()) -> None:
         self.book = book
         self.limits = tuple((tuple(g.lower() for g in m.match), m.max_output) for m in limits)
+        # Both on every gated request: the entry a (model, tier, upstream) resolves to while the
+        # same entries are in force, and a model's output limit. Keys come from clients: bounded.
+        self._entries: dict[tuple[str | None, str | None, str | None, int], Price | None] = {}
+        self._outputs: dict[str | None, int] = {}
 
     def worst_case(self, model_requested: str | None, tier_requested: str | None, upstream: str | None,
                    request: Any, body_bytes: int, at: datetime) -> int | None:
         """Units (10^-10 USD) the request can cost at most; None when its model has no price."""
-        model = self.book.canonical_model(None, model_requested)
-        if model is None:
-            return None
-        tier = self.book.resolve_tier(model_requested, (tier_requested,), model=model, at=at)
-        found = self.book.resolve(model, tier, at, upstream)
-        if found is None:
+        key = (model_requested, tier_requested, upstream, self.book.epoch(at))
+        try:
+            price = self._entries[key]
+        except KeyError:
+            price = self._entry(model_requested, tier_requested, upstream, at)
+            if len(self._entries) >= _MEMO:
+                self._entries.clear()
+            self._entries[key] = price
+        if price is None:
             return None
         input_side = min(body_bytes, MAX_TOKENS)
-        r = rates_for(found.price, input_side)
+        r = rates_for(price, input_side)
         per_input = max(r.input, r.cache_read, r.cache_write, r.cache_write_1h)
         output = min(self.max_output(model_requested, request), MAX_TOKENS)
         micros = input_side * per_input + output * r.output
         # Rounded up: a bound, never below the real cost. Past MAX_RESERVATION no budget can hold it.
         return min(-(-micros // MICROS_PER_UNIT), MAX_RESERVATION)
+
+    def _entry(self, model_requested: str | None, tier_requested: str | None, upstream: str | None,
+               at: datetime) -> Price | None:
+        model = self.book.canonical_model(None, model_requested)
+        if model is None:
+            return None
+        tier = self.book.resolve_tier(model_requested, (tier_requested,), model=model, at=at)
+        found = self.book.resolve(model, tier, at, upstream)
+        return None if found is None else found.price
 
     def max_output(self, model: str | None, request: Any) -> int:
         """The output the request may ask for: its own max × max(n, 1), else the model's limit."""
@@ -64,8 +81,12 @@ class Reserver:
         return asked * choices
 
     def _model_limit(self, model: str | None) -> int:
-        name = (model or "").lower()
-        for globs, max_output in self.limits:
-            if any(fnmatchcase(name, g) for g in globs):
-                return max_output
-        return DEFAULT_MAX_OUTPUT
+        found = self._outputs.get(model)
+        if found is None:
+            name = (model or "").lower()
+            found = next((most for globs, most in self.limits if any(fnmatchcase(name, g) for g in globs)),
+                         DEFAULT_MAX_OUTPUT)
+            if len(self._outputs) >= _MEMO:
+                self._outputs.clear()
+            self._outputs[model] = found
+        return found

@@ -196,18 +196,19 @@ class Relay:
                                            "budget": no.budget.name, "period_end": end}})
         wait = max(1, math.ceil((no.period_end - datetime.now(UTC)).total_seconds()))
         headers = [(b"x-should-retry", b"false"), (b"retry-after", str(wait).encode())]
-        await send_whole(send, status, body, headers)
         ex.code, ex.outcome = status, "rejected"
         ex.budget, ex.reserved_units = no.budget.name, no.reserved
         ex.flags = (BUDGET_EXCEEDED,)
+        # Recorded first: the record is journaled before the answer's bytes leave (SPEC "Ledger").
         self.meter.record(ex, Observed(), None, "upstream")
+        await send_whole(send, status, body, headers)
 
     async def _reject(self, ex: Exchange, send: Send, status: int, message: str, code: str, kind: str,
                       anthropic: bool, anthropic_kind: str | None = None) -> None:
         body = error_body(message, anthropic_kind or kind if anthropic else kind, code, anthropic)
-        await send_whole(send, status, body)
         ex.code, ex.outcome = status, "rejected"
-        self.meter.record(ex, Observed(), None, "upstream")
+        self.meter.record(ex, Observed(), None, "upstream")  # journaled before the answer leaves
+        await send_whole(send, status, body)
 
 
 def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str | None:
