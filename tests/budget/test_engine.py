@@ -178,3 +178,23 @@ def test_a_new_period_admits_again(db_url: str, ledgers: list[Ledger]) -> None:
         assert not isinstance(await admit(e, before + timedelta(minutes=1)), Rejection)  # a new local day
 
     asyncio.run(run())
+
+
+def test_a_record_imported_again_is_not_settled_twice(db_url: str, ledgers: list[Ledger]) -> None:
+    # A replayed journal brings records the ledger already has: their reservations left the lease
+    # when they first went in, so only the new ones in a batch are taken off again.
+    ledger = started(db_url, ledgers)
+    e = engine(ledger, budget("0.01"), "a")
+
+    async def run() -> None:
+        got = [await admit(e) for _ in range(3)]
+        lease_id = got[0][1]  # type: ignore[index]
+        first = record(1, R, lease_id, R // 2)
+        ledger.append_many([first])
+        assert await asyncio.to_thread(ledger.flush)
+        assert lease_amounts(ledger) == {lease_id: 2 * R}
+        ledger.append_many([first, record(2, R, lease_id, R // 2)])  # one again, one new
+        assert await asyncio.to_thread(ledger.flush)
+        assert lease_amounts(ledger) == {lease_id: R}
+
+    asyncio.run(run())

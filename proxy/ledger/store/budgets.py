@@ -133,11 +133,16 @@ def settle_sql(mark: str) -> str:
     return f"UPDATE budget_leases SET amount = amount - {mark} WHERE id = {mark}"
 
 
-def settlements(records: Iterable[Record], inserted: Container[str]) -> list[tuple[int, str]]:
-    """(reservation, lease id) of each record this transaction inserted: a record already in the
-    ledger (a journal replayed again) was settled when it first went in."""
-    return [(r.reserved_units, lease) for r in records
-            if r.reserved_units and r.budget_leases and r.id in inserted for lease in r.budget_leases.split(",")]
+def settlements(records: Iterable[Record], inserted: Container[str] | None) -> list[tuple[int, str]]:
+    """(units, lease id) to take off each lease: the summed reservations of the records this
+    transaction inserted (None: all of them). A record already in the ledger (a journal replayed
+    again) was settled when it first went in. One UPDATE per lease, not per record."""
+    per_lease: dict[str, int] = {}
+    for r in records:
+        if r.reserved_units and r.budget_leases and (inserted is None or r.id in inserted):
+            for lease in r.budget_leases.split(","):
+                per_lease[lease] = per_lease.get(lease, 0) + r.reserved_units
+    return [(units, lease) for lease, units in per_lease.items()]
 
 
 def alert_once(session: Session, mark: str, budget: str, period_start_us: int, threshold: int, now_us: int) -> bool:

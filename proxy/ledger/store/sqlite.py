@@ -312,7 +312,8 @@ class SqliteWriter:
                 con.execute(_ADD_TO_ROLLUP, (before,))
                 con.execute(_ADD_TO_HISTOGRAM, (before,))
                 if any(r.budget_leases for r in records):  # their reservations become their cost, here
-                    new = {row["id"] for row in con.execute("SELECT id FROM requests WHERE rowid > ?", (before,))}
+                    new = None if added == len(records) else {
+                        row["id"] for row in con.execute("SELECT id FROM requests WHERE rowid > ?", (before,))}
                     con.executemany(settle_sql("?"), settlements(records, new))
             con.execute("COMMIT")
         except Exception as e:
