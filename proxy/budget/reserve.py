@@ -59,6 +59,8 @@ class Reserver:
         model = self.book.canonical_model(None, model_requested)
         if model is None:
             return None
+        if tier_requested is not None and tier_requested.strip().lower() == "batch":
+            tier_requested = None  # a synchronous request is never billed at the batch tier (the meter's rule)
         tier = self.book.resolve_tier(model_requested, (tier_requested,), model=model, at=at)
         found = self.book.resolve(model, tier, at, upstream)
         return None if found is None else found.price

@@ -200,8 +200,9 @@ class Meter:
     def _model_and_tier(self, ex: Exchange, observed: Observed, flags: list[str]) -> tuple[str | None, str | None]:
         """Steps 1 and 2 of SPEC "Price tables"; a failure leaves the record unpriced and flagged."""
         try:
+            speed = None if observed.speed == "standard" else observed.speed  # Anthropic's "standard": no hint
             return model_and_tier(self.book, ex.endpoint, observed.model, ex.model_requested,
-                                  (observed.speed, observed.service_tier, ex.tier_requested), ex.start)
+                                  (speed, observed.service_tier, ex.tier_requested), ex.start)
         except Exception:  # the client's response is on its way: it must not pay for a pricing bug
             self._pricing_failed(ex, flags)
             return None, None
@@ -238,7 +239,9 @@ def model_and_tier(book: PriceBook, endpoint: str, response_model: str | None, r
         return canonical, BATCH
     if endpoint not in METERED:
         return canonical, None
-    return canonical, book.resolve_tier(response_model or requested_model, hints, model=canonical, at=at)
+    # Only a batch result is billed at the batch tier, whatever a client writes in a synchronous request.
+    real = [h for h in hints if h is None or h.strip().lower() != BATCH]
+    return canonical, book.resolve_tier(response_model or requested_model, real, model=canonical, at=at)
 
 
 def price_record(book: PriceBook, rec: Record, model: str, tier: str, at: datetime, upstream: str, u: Usage,
@@ -253,7 +256,10 @@ def price_record(book: PriceBook, rec: Record, model: str, tier: str, at: dateti
         return None
     priced: Priced
     if u.iterations:
-        priced = price_parts(found.price, (_tokens(part) for part in u.iterations))
+        # The passes carry the tokens; the request's fee calls (reported once, at the top) are a
+        # part of their own: fees are never banded.
+        fees = Tokens(0, 0, 0, 0, 0, u.web_search_calls - sum(p.web_search_calls for p in u.iterations))
+        priced = price_parts(found.price, (*(_tokens(part) for part in u.iterations), fees))
     else:
         priced = price_tokens(found.price, _tokens(u))
     _priced(rec, found)

@@ -179,3 +179,40 @@ def test_a_region_with_its_own_entry_is_priced_there_and_an_unknown_one_is_flagg
         rec = m.record(exchange("messages", "anthropic"), observed, observed.usage, "upstream")
         assert usd(rec.cost_units) == 1000 * price / 10**6, geo
         assert ("geo_unpriced" in rec.flags) is flagged, geo
+
+
+def test_web_searches_of_a_compacted_request_are_billed_beside_its_passes() -> None:
+    # The fee calls are reported once, at the top; the passes carry only tokens.
+    reply = orjson.dumps({"id": "m", "type": "message", "model": "claude-sonnet-4-6", "content": [], "usage": {
+        "input_tokens": 100, "output_tokens": 50, "server_tool_use": {"web_search_requests": 3},
+        "iterations": [{"type": "compaction", "input_tokens": 60, "output_tokens": 20},
+                       {"type": "message", "input_tokens": 40, "output_tokens": 30}]}})
+    m, _ = meter(entry("claude-sonnet-4-6", web_search_per_1k=D(10)))
+    observed, _ = parse_body("messages", reply)
+    rec = m.record(exchange("messages", "anthropic"), observed, observed.usage, "upstream")
+    assert rec.web_search_calls == 3 and usd(rec.fee_units) == D("0.03")
+    assert usd(rec.cost_units) == (100 * D(3) + 50 * D(15)) / 10**6 + D("0.03")
+
+
+def test_a_client_cannot_ask_a_synchronous_request_onto_the_batch_tier() -> None:
+    batch = Price(model="m", tier="batch", effective_from=T0, input=D("0.5"), output=D(1), cache_read=D(0),
+                  cache_write=D("0.5"), source="t", match=("m",))
+    m, _ = meter(entry("m"), batch)
+    reply = orjson.dumps({"id": "c", "model": "m", "choices": [],
+                          "usage": {"prompt_tokens": 1000, "completion_tokens": 0}})
+    observed, _ = parse_body("chat", reply)
+    ex = exchange("chat", "up", {"model": "m", "service_tier": "batch"})
+    ex.tier_requested = "batch"
+    rec = m.record(ex, observed, observed.usage, "upstream")
+    assert rec.tier == "standard" and usd(rec.cost_units) == 1000 * D(3) / 10**6
+
+
+def test_anthropic_speed_standard_is_no_hint() -> None:
+    priority = Price(model="claude-opus-4-8", tier="priority", effective_from=T0, input=D(10), output=D(50),
+                     cache_read=D(1), cache_write=D("12.5"), source="t", match=("claude-opus-4-8",))
+    m, _ = meter(entry("claude-opus-4-8"), priority)
+    reply = orjson.dumps({"id": "m", "type": "message", "model": "claude-opus-4-8", "content": [], "usage": {
+        "input_tokens": 1000, "output_tokens": 0, "speed": "standard", "service_tier": "priority"}})
+    observed, _ = parse_body("messages", reply)
+    rec = m.record(exchange("messages", "anthropic"), observed, observed.usage, "upstream")
+    assert rec.tier == "priority" and usd(rec.cost_units) == 1000 * D(10) / 10**6
