@@ -19,11 +19,12 @@ from dataclasses import dataclass
 
 import orjson
 
-from proxy.protocol.usage import Observed, read_body
+from proxy.protocol.usage import Observed, observe
 
 OPENAI, ANTHROPIC = "openai", "anthropic"
-_FILE_CONTENT = re.compile(r"^/v1/files/([^/]+)/content$")
-_RESULTS = re.compile(r"^/v1/messages/batches/([^/]+)/results$")
+# A trailing slash is the same resource to many servers: it must not dodge metering.
+_FILE_CONTENT = re.compile(r"^/v1/files/([^/]+)/content/?$")
+_RESULTS = re.compile(r"^/v1/messages/batches/([^/]+)/results/?$")
 # Paths whose JSON answer is a message-batch object (or a list of them) naming a results_url.
 _BATCH_OBJECTS = re.compile(r"^/v1/messages/batches(/[^/]+(/cancel)?)?$")
 # The body's `object` -> the usage reader that fits it; without one, the usage's own shape decides.
@@ -143,8 +144,8 @@ def read_line(kind: str, line: bytes) -> Result | str | None:
     if not isinstance(custom_id, str) or not custom_id:
         return INVALID
     if kind == ANTHROPIC:
-        return _anthropic(custom_id, obj)
-    return _openai(custom_id, obj)
+        return _anthropic(custom_id, obj, line)
+    return _openai(custom_id, obj, line)
 
 
 def is_result_file(first_line: bytes) -> bool:
@@ -158,7 +159,7 @@ def is_result_file(first_line: bytes) -> bool:
     return isinstance(obj, dict) and "custom_id" in obj and ("response" in obj or "error" in obj)
 
 
-def _openai(custom_id: str, obj: dict[str, object]) -> Result | str:
+def _openai(custom_id: str, obj: dict[str, object], line: bytes) -> Result | str:
     response = obj.get("response")
     if response is None:
         return NO_USAGE  # a request that failed before it ran ("error" says why)
@@ -168,7 +169,7 @@ def _openai(custom_id: str, obj: dict[str, object]) -> Result | str:
     if not isinstance(body, dict):
         return INVALID
     status = code if type(code) is int and 100 <= code <= 599 else 200
-    observed = _observed(_endpoint(body), body)
+    observed = observe(_endpoint(body), body, line)
     if observed is None:
         return INVALID
     if observed.usage is None:
@@ -176,7 +177,7 @@ def _openai(custom_id: str, obj: dict[str, object]) -> Result | str:
     return Result(custom_id, observed, status, _created(body.get("created", body.get("created_at"))))
 
 
-def _anthropic(custom_id: str, obj: dict[str, object]) -> Result | str:
+def _anthropic(custom_id: str, obj: dict[str, object], line: bytes) -> Result | str:
     result = obj.get("result")
     if not isinstance(result, dict):
         return INVALID
@@ -185,22 +186,12 @@ def _anthropic(custom_id: str, obj: dict[str, object]) -> Result | str:
     message = result.get("message")
     if not isinstance(message, dict):
         return INVALID
-    observed = _observed("messages", message)
+    observed = observe("messages", message, line)
     if observed is None:
         return INVALID
     if observed.usage is None:
         return NO_USAGE
     return Result(custom_id, observed, 200, None)  # a Message has no creation time
-
-
-def _observed(endpoint: str, body: dict[str, object]) -> Observed | None:
-    """The dialect's own reader, on the body as a response of that endpoint would be."""
-    try:
-        text = orjson.dumps(body)
-    except orjson.JSONEncodeError:  # nested deeper than orjson writes
-        return None
-    observed, _ = read_body(endpoint, text)
-    return observed
 
 
 def _endpoint(body: dict[str, object]) -> str:

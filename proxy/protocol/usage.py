@@ -360,6 +360,18 @@ def read_body(endpoint: str, body: bytes) -> tuple[Observed, Callable[[], str]]:
     return observed, completion_text
 
 
+def observe(endpoint: str, obj: dict[str, Any], raw: bytes) -> Observed | None:
+    """What a response object already parsed from `raw` reports (a batch result's body inside its
+    line): money is read again from `raw`, never from the floats of `obj`. None off the dialects."""
+    reader = _BODIES.get(endpoint)
+    if reader is None:
+        return None
+    try:
+        return reader[0](obj, raw)
+    except Exception:  # an odd shape no reader foresaw
+        return Observed(faults=(READER_ERROR,))
+
+
 def _chat_observed(obj: dict[str, Any], raw: str | bytes) -> Observed:
     return _openai_observed(obj, openai_usage(obj, raw))
 
