@@ -224,6 +224,7 @@ _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 _TOKEN_RE = re.compile(r"[!-~]+\Z")  # what a client can put in an Authorization header unchanged
 MAX_USD = 10**12
 _HEX64_RE = re.compile(r"[0-9a-f]{64}\Z")
+_LABEL_RE = re.compile(r"[A-Za-z0-9_.:/\-]{1,64}\Z")  # what proxy/metering/meter.py clean_tag leaves
 
 
 class _Source:
@@ -448,7 +449,7 @@ def _build(raw: dict[str, Any], src: _Source, origins: Mapping[tuple[str, str | 
         model_limits=_model_limits(c, arrays["model_limit"]),
         config_file=src.path,
     )
-    if s.workers > 1 and any(b.enforced for b in s.budgets) and not s.ledger_url.startswith("postgresql"):
+    if s.workers > 1 and any(b.enforced for b in s.budgets) and not s.ledger_url.lower().startswith("postgres"):
         # Each worker would admit against its own view of a SQLite ledger (SPEC "Budgets (enforced)").
         c.fail("server", "workers", 0, "an enforced [[budget]] needs one process on a SQLite ledger: set "
                "workers = 1, or use a PostgreSQL ledger for several")
@@ -548,6 +549,12 @@ def _budgets(c: _Checker, items: list[dict[str, Any]], tenants: set[str]) -> tup
         if tenant is not None and tenants and tenant not in tenants:
             c.fail("budget", "tenant", i, f"budget {name!r} names tenant {tenant!r}, which no [[tenant]] defines")
         tag = c.opt_str("budget", b, "tag", i)
+        for key, value in (("tenant", tenant), ("tag", tag)):
+            # A request's tag and header tenant arrive cleaned (letters, digits, _ . : / -, 64 at
+            # most): a budget naming anything else would match no request and gate nothing.
+            if value is not None and not _LABEL_RE.match(value):
+                c.fail("budget", key, i, f"{key} {value!r} can never match a request: use letters, digits and "
+                       "_ . : / - (64 at most), as requests' tags and tenants are cleaned")
         period = c.str_("budget", b, "period", "month", i)
         if period not in BUDGET_PERIODS:
             c.fail("budget", "period", i, f'period must be "day" or "month", not {period!r}')

@@ -393,6 +393,7 @@ def test_budgets_load_with_their_periods_modes_and_thresholds(tmp_path: Path) ->
      "which no [[tenant]] defines"),
     ('[server]\nworkers = 2\n\n[[budget]]\nname = "b"\nlimit_usd = "1"\nmode = "enforce"\n', 2,
      "an enforced [[budget]] needs one process on a SQLite ledger"),
+    ('[[budget]]\nname = "b"\nlimit_usd = "1"\ntag = "team a"\n', 4, "'team a' can never match a request"),
 ])
 def test_budget_mistakes_are_refused_at_their_line(tmp_path: Path, text: str, line: int, words: str) -> None:
     with pytest.raises(ConfigError) as e:
@@ -405,3 +406,10 @@ def test_the_legacy_budget_table_still_works_and_cannot_mix_with_the_array(tmp_p
     assert s.monthly_budget_usd == Decimal(100) and s.budgets == ()
     with pytest.raises(ConfigError, match=r"not valid TOML|Cannot|cannot"):
         load(write(tmp_path, '[budget]\nmonthly_usd = "100"\n\n[[budget]]\nname = "b"\nlimit_usd = "1"\n'), env={})
+
+
+def test_several_workers_with_an_enforced_budget_are_fine_on_postgresql(tmp_path: Path) -> None:
+    for scheme in ("postgresql", "postgres"):
+        s = load(write(tmp_path, f'[server]\nworkers = 2\n\n[ledger]\nurl = "{scheme}://u@db/l"\n\n'
+                                 '[[budget]]\nname = "b"\nlimit_usd = "1"\nmode = "enforce"\n'), env={})
+        assert s.workers == 2 and s.budgets[0].enforced

@@ -48,6 +48,7 @@ log = logging.getLogger("llmmeter.budget")
 OVER_RESERVATION = "over_reservation"
 BUDGET_EXCEEDED = "budget_exceeded"
 REFRESH_EVERY_S = 5.0  # spent and alerts, for the gauges
+VALID_FOR_S = LEASE_TTL_US / 1e6 - 30.0  # a lease's local life after the database confirmed it
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +80,16 @@ class _Lease:
     amount: int = 0  # units the database holds for this lease
     in_flight: int = 0  # reservations handed out, not yet settled
     used: bool = False  # a reservation was taken since the last renewal
+    # Local monotonic time until which the database surely still counts this lease: its last
+    # grant or renewal plus the lease's life, less a margin for clocks and slow renewals. Past
+    # it, nothing is handed out before the database has confirmed the lease again.
+    valid_until: float = 0.0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
     def free(self) -> int:
+        if time.monotonic() >= self.valid_until:
+            return 0
         return self.amount - self.in_flight
 
 
@@ -142,12 +149,23 @@ class Budgets:
                     continue  # another request grew it meanwhile
                 try:
                     granted = await asyncio.to_thread(self._grant, short, r - short.free)
+                    # An expired lease is renewed by the grant too: what it still held counts again.
                 except Exception as e:  # the database is away: an enforced budget fails closed
                     log.warning("budget %s: cannot reach the ledger database to reserve: %s", short.budget.name, e)
                     return self._rejected(short.budget, at, r, "unavailable")
                 if granted == 0:
                     return self._rejected(short.budget, at, r, "exceeded")
                 short.amount += granted
+
+    def release(self, reserved: int | None, leases: str | None) -> None:
+        """A request admitted but ended with no record (an error in the relay): its reservation
+        goes back to its leases here; the database never took it off, as no import settles it."""
+        if reserved is None or not leases:
+            return
+        for lease_id in leases.split(","):
+            lease = self._by_id.get(lease_id)
+            if lease is not None:
+                lease.in_flight -= reserved
 
     def _rejected(self, budget: Budget, at: datetime, r: int | None, reason: str) -> Rejection:
         self.metrics.rejections.labels(budget.name).inc()
@@ -172,9 +190,12 @@ class Budgets:
 
     def _grant(self, lease: _Lease, need: int) -> int:
         """In a thread: ask the database for at least `need` more units for this lease."""
+        started = time.monotonic()
         with self.store.budget_locked(lease.budget.name) as session:
             g = grant(session, self.store.mark, lease.scope, lease.id, lease.limit, need, lease.limit // 20,
                       self._now_us())
+        if g.granted:
+            lease.valid_until = started + VALID_FOR_S
         self._observe(lease.budget, g.standing)
         return g.granted
 
@@ -227,23 +248,25 @@ class Budgets:
         self._loop = None
 
     async def _upkeep(self) -> None:
-        last_renewal = 0.0
+        last_renewal = float("-inf")
         while True:
+            for b in self.enforced:
+                self._show_reserved(b.name)
+            # A failed renewal is tried again at the next tick, not in 30 s.
+            if time.monotonic() - last_renewal >= RENEW_EVERY_S and await self.renew():
+                last_renewal = time.monotonic()
             try:
-                for b in self.enforced:
-                    self._show_reserved(b.name)
                 await asyncio.to_thread(self.refresh)
-                if self.clock() - last_renewal >= RENEW_EVERY_S:
-                    last_renewal = self.clock()
-                    await self.renew()
-            except Exception as e:  # the database may be away; leases are renewed again next time
-                log.warning("budget upkeep failed: %s", e)
+            except Exception as e:  # the database may be away: the gauges wait for it
+                log.warning("budget spent could not be read: %s", e)
             await asyncio.sleep(REFRESH_EVERY_S)
 
-    async def renew(self) -> None:
+    async def renew(self) -> bool:
         """Keep this replica's leases alive; give back what an idle or finished period holds
-        beyond its requests in flight; forget a finished period once all of it is settled."""
+        beyond its requests in flight; forget a finished period once all of it is settled.
+        True when every lease was renewed."""
         now = to_micros(datetime.now(UTC))
+        ok = True
         for lease in list(self._by_id.values()):
             async with lease.lock:
                 ended = now >= lease.scope.hi_us
@@ -251,21 +274,38 @@ class Budgets:
                     # Lowered here first, on the loop: no request can be admitted from what is given back.
                     lease.amount = max(lease.in_flight, 0)
                 lease.used = False
-                await asyncio.to_thread(self._write_lease, lease.id, lease.budget.name, lease.amount)
+                started = time.monotonic()
+                try:
+                    alive = await asyncio.to_thread(self._write_lease, lease.id, lease.budget.name, lease.amount)
+                except Exception as e:  # this lease is tried again at the next tick; the others go on
+                    log.warning("budget %s: lease renewal failed: %s", lease.budget.name, e)
+                    ok = False
+                    continue
+                if alive:
+                    lease.valid_until = started + VALID_FOR_S
+                else:
+                    # The database let it expire (other replicas may have used its room since):
+                    # nothing more is handed out from it before a grant, which checks the room.
+                    lease.valid_until = 0.0
                 if ended and lease.in_flight <= 0:
                     del self._by_id[lease.id]
                     self._periods.pop((lease.budget.name, lease.scope.lo_us), None)
+        return ok
 
-    def _write_lease(self, lease_id: str, budget: str, amount: int) -> None:
+    def _write_lease(self, lease_id: str, budget: str, amount: int) -> bool:
         """The lease's figure as this replica knows it (never below the truth, see the module's
-        docstring), renewed for another LEASE_TTL_US; a lease holding nothing is deleted."""
-        m = self.store.mark
+        docstring), renewed for another LEASE_TTL_US, but only while the database still counts
+        it: an expired lease is never brought back without a grant. A lease holding nothing is
+        deleted. True when the lease is alive (or was deleted)."""
+        m, now = self.store.mark, self._now_us()
         with self.store.budget_locked(budget) as session:
             if amount <= 0:
                 drop(session, m, lease_id)
-            else:
-                session.execute(f"UPDATE budget_leases SET amount = {m}, expires_at = {m} WHERE id = {m}",
-                                (amount, self._now_us() + LEASE_TTL_US, lease_id))
+                return True
+            rows = session.fetch(f"UPDATE budget_leases SET amount = {m}, expires_at = {m} "
+                                 f"WHERE id = {m} AND expires_at > {m} RETURNING id",
+                                 (amount, now + LEASE_TTL_US, lease_id, now))
+            return bool(rows)
 
     def refresh(self) -> None:
         """In a thread: every budget's spent for the gauges, and its alert thresholds."""
@@ -281,8 +321,9 @@ class Budgets:
                     key = (b.name, scope.lo_us, pct)
                     if key in self._alerted or s.spent * 100 < limit * pct:
                         continue
-                    self._alerted.add(key)
-                    if alert_once(session, self.store.mark, b.name, scope.lo_us, pct, self._now_us()):
+                    first = alert_once(session, self.store.mark, b.name, scope.lo_us, pct, self._now_us())
+                    self._alerted.add(key)  # after the write: a failed one is tried again next time
+                    if first:
                         self.metrics.alerts.labels(b.name, str(pct)).inc()
                         log.warning("budget %s: %d%% of %s USD spent in the period starting %s", b.name, pct,
                                     b.limit_usd, lo.isoformat())

@@ -20,7 +20,7 @@ from proxy.settings import ModelLimit
 
 DEFAULT_MAX_OUTPUT = 32_768
 MAX_RESERVATION = 10**18  # units: above any budget's limit (MAX_BUDGET_USD, 10^17 units), still one BIGINT
-_MAX_KEYS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+_MAX_KEYS = ("max_tokens", "max_completion_tokens", "max_output_tokens", "n_predict")
 _MEMO = 4096
 
 
@@ -69,13 +69,12 @@ class Reserver:
         """The output the request may ask for: its own max × max(n, 1), else the model's limit."""
         asked = None
         if isinstance(request, dict):
-            for key in _MAX_KEYS:
-                v = request.get(key)
-                if type(v) is int and v > 0:
-                    asked = v
-                    break
-            n = request.get("n")
-            choices = min(n, 1_000_000) if type(n) is int and n >= 1 else 1
+            # The largest of every spelling: servers differ in which one they honour.
+            given = [v for v in (request.get(k) for k in _MAX_KEYS) if type(v) is int and v > 0]
+            asked = max(given) if given else None
+            # n answers are returned; best_of (legacy completions) are generated and billed.
+            n, best_of = request.get("n"), request.get("best_of")
+            choices = max(min(v, 1_000_000) if type(v) is int and v >= 1 else 1 for v in (n, best_of))
         else:
             choices = 1
         if asked is None:

@@ -73,6 +73,7 @@ class Exchange:
     budget_leases: str | None = None  # the leases it came from
     budget: str | None = None  # the budget that refused the request
     flags: tuple[str, ...] = ()  # what the relay knows about the request before any usage
+    recorded: bool = False  # its record was made (and carries any reservation to its settlement)
 
 
 def clean_tag(value: str | None) -> str | None:
@@ -161,6 +162,7 @@ class Meter:
             if ex.budget_leases and rec.cost_units is not None and rec.cost_units > (ex.reserved_units or 0):
                 rec.flags.append("over_reservation")  # its excess is counted per budget when it settles
         self.journal.append(rec)
+        ex.recorded = True
         self.metrics.observe(rec, priced, ex.overhead_s)
         return rec
 

@@ -28,7 +28,7 @@ from proxy.protocol.names import CHAT_STYLE, ENDPOINT_PATHS, METERED
 from proxy.protocol.usage import Observed
 from proxy.relay.forward import Forwarder, Outbound, send_whole
 from proxy.server import DISCONNECT
-from proxy.settings import Settings
+from proxy.settings import Settings, Upstream
 from proxy.upstream.client import Upstreams
 from proxy.upstream.routing import Router, relay_path, request_headers, target_url
 
@@ -95,7 +95,6 @@ class Relay:
             self.meter.record(ex, Observed(), None, "upstream")
             return
 
-        drop_usage_only = False
         if endpoint in METERED:
             problem = self._read_request(ex, body)
             if problem:
@@ -115,6 +114,20 @@ class Relay:
                 await self._refuse(ex, send, admitted, anthropic)
                 return
             ex.reserved_units, ex.budget_leases = admitted
+            try:
+                await self._send_on(ex, up, method, path, endpoint, anthropic, headers, body, scope, receive, send)
+            except BaseException:
+                # Whatever failed before a record was made, the reservation must not stay held.
+                if not ex.recorded:
+                    self.budgets.release(ex.reserved_units, ex.budget_leases)
+                raise
+            return
+        await self._send_on(ex, up, method, path, endpoint, anthropic, headers, body, scope, receive, send)
+
+    async def _send_on(self, ex: Exchange, up: Upstream, method: str, path: str, endpoint: str, anthropic: bool,
+                       headers: list[tuple[bytes, bytes]], body: bytes, scope: Scope, receive: Receive,
+                       send: Send) -> None:
+        drop_usage_only = False
         if ex.stream and endpoint in CHAT_STYLE and up.inject_include_usage:
             body, drop_usage_only = _inject_include_usage(ex.request, body)
 
@@ -124,6 +137,8 @@ class Relay:
         read = endpoint in METERED or download is not None or public_url is not None
         out_headers = request_headers(headers, up, metered=read, anthropic=anthropic,
                                       strip_client_auth=bool(self.keys))
+        if download is not None:  # a part of a result file is no lines to meter: the whole file, always
+            out_headers = [(k, v) for k, v in out_headers if k.lower() not in ("range", "if-range")]
         url = target_url(up, path, scope.get("query_string", b""))
         out = Outbound(self.upstreams[up.name], method, url, out_headers, body, drop_usage_only, anthropic,
                        download, public_url)
@@ -194,8 +209,11 @@ class Relay:
         else:
             body = orjson.dumps({"error": {"message": no.message(), "type": code, "code": code,
                                            "budget": no.budget.name, "period_end": end}})
-        wait = max(1, math.ceil((no.period_end - datetime.now(UTC)).total_seconds()))
-        headers = [(b"x-should-retry", b"false"), (b"retry-after", str(wait).encode())]
+        if status == 503:  # the ledger's database is away for a moment: retrying soon is right
+            headers = [(b"retry-after", b"10")]
+        else:
+            wait = max(1, math.ceil((no.period_end - datetime.now(UTC)).total_seconds()))
+            headers = [(b"x-should-retry", b"false"), (b"retry-after", str(wait).encode())]
         ex.code, ex.outcome = status, "rejected"
         ex.budget, ex.reserved_units = no.budget.name, no.reserved
         ex.flags = (BUDGET_EXCEEDED,)
@@ -272,4 +290,7 @@ def _inject_include_usage(req: Any, body: bytes) -> tuple[bytes, bool]:
         return body, False
     new = dict(req)
     new["stream_options"] = {**(opts if isinstance(opts, dict) else {}), "include_usage": True}
-    return orjson.dumps(new), True
+    try:
+        return orjson.dumps(new), True
+    except orjson.JSONEncodeError:  # nested deeper than orjson writes (it reads deeper): sent as it came
+        return body, False

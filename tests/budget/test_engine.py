@@ -198,3 +198,45 @@ def test_a_record_imported_again_is_not_settled_twice(db_url: str, ledgers: list
         assert lease_amounts(ledger) == {lease_id: R}
 
     asyncio.run(run())
+
+
+def test_a_lease_the_database_let_expire_hands_out_nothing_until_a_grant(db_url: str, ledgers: list[Ledger]) -> None:
+    # Replica a could not renew for longer than a lease lives: b may have taken the room meanwhile.
+    ledger = started(db_url, ledgers)
+    b = budget("0.1")  # room for 50 reservations; a lease takes a twentieth of the limit, 2.5 of them
+
+    async def run() -> None:
+        a, other = engine(ledger, b, "a"), engine(ledger, b, "b")
+        first = await admit(a)
+        lease = a._by_id[first[1]]  # type: ignore[index]
+        assert lease.free > 0  # a block beyond its first reservation
+        with ledger.store.budget_locked(None) as session:
+            session.execute("UPDATE budget_leases SET expires_at = 0")
+        lease.valid_until = 0.0  # as long without a renewal, locally too
+        taken = [await admit(other) for _ in range(50)]
+        assert sum(1 for t in taken if not isinstance(t, Rejection)) == 50  # the expired lease is not counted
+        late = await admit(a)
+        assert isinstance(late, Rejection) and late.reason == "exceeded"
+        # A renewal does not bring the expired lease back without a grant.
+        await a.renew()
+        rows = ledger.store._read("SELECT expires_at FROM budget_leases WHERE id = " + ledger.store.mark,
+                                  (lease.id,))
+        assert [int(r["expires_at"]) for r in rows] == [0] and lease.valid_until == 0.0
+
+    asyncio.run(run())
+
+
+def test_a_request_that_ends_without_a_record_gives_its_reservation_back(db_url: str,
+                                                                         ledgers: list[Ledger]) -> None:
+    ledger = started(db_url, ledgers)
+    e = engine(ledger, budget("0.01"), "a")
+
+    async def run() -> None:
+        r, leases = await admit(e)  # type: ignore[misc]
+        lease = e._by_id[str(leases)]
+        assert lease.in_flight == R
+        e.release(r, leases)
+        assert lease.in_flight == 0
+        assert sum(1 for _ in [await admit(e) for _ in range(5)]) == 5
+
+    asyncio.run(run())
