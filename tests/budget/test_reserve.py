@@ -1,0 +1,46 @@
+"""A reservation is the most a request can cost: every spelling of its maximum output counts."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+
+from pricing import Price, PriceBook
+from proxy.budget.reserve import DEFAULT_MAX_OUTPUT, Reserver
+from proxy.settings import ModelLimit
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+# $1 per million input tokens, $2 per million output: 10^4 and 2 x 10^4 units a token.
+PRICE = Price(model="m", tier="standard", effective_from=T0, input=Decimal(1), output=Decimal(2),
+              cache_read=Decimal("0.1"), cache_write=Decimal("1.25"), source="t", match=("m",))
+BATCH = Price(model="m", tier="batch", effective_from=T0, input=Decimal("0.5"), output=Decimal(1),
+              cache_read=Decimal("0.05"), cache_write=Decimal("0.5"), source="t", match=("m",))
+
+
+def reserve(request: dict[str, object], tier: str | None = None, limits: tuple[ModelLimit, ...] = ()) -> int | None:
+    return Reserver(PriceBook([PRICE, BATCH]), limits).worst_case("m", tier, None, request, 100, T0)
+
+
+def test_input_at_the_dearest_input_side_price_and_output_at_the_output_price() -> None:
+    # 100 bytes at cache_write's $1.25 (the highest input-side price) + 10 tokens at $2.
+    assert reserve({"max_tokens": 10}) == 100 * 12_500 + 10 * 20_000
+
+
+def test_the_largest_of_every_max_spelling_times_the_answers_generated() -> None:
+    assert reserve({"max_tokens": 1, "max_completion_tokens": 1000}) == 100 * 12_500 + 1000 * 20_000
+    assert reserve({"n_predict": 500}) == 100 * 12_500 + 500 * 20_000
+    assert reserve({"max_tokens": 10, "n": 3}) == 100 * 12_500 + 30 * 20_000
+    assert reserve({"max_tokens": 10, "n": 2, "best_of": 5}) == 100 * 12_500 + 50 * 20_000
+
+
+def test_without_a_max_the_models_limit_or_the_default() -> None:
+    assert reserve({}) == 100 * 12_500 + DEFAULT_MAX_OUTPUT * 20_000
+    assert reserve({}, limits=(ModelLimit(("M*",), 64),)) == 100 * 12_500 + 64 * 20_000
+
+
+def test_a_synchronous_request_asking_for_the_batch_tier_reserves_at_standard() -> None:
+    assert reserve({"max_tokens": 10}, tier="batch") == reserve({"max_tokens": 10})
+
+
+def test_a_model_with_no_price_has_no_bound() -> None:
+    assert Reserver(PriceBook([PRICE])).worst_case("other", None, None, {}, 10, T0) is None
