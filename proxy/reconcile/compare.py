@@ -69,7 +69,10 @@ def compare(data: ProviderData, rows: list[DailyRow], rec: Reconciliation, sourc
     by_key: dict[Key, _Ledger] = {}
     by_day: dict[date, _Ledger] = {}
     for r in rows:
-        by_key.setdefault((r.day, r.model, tier_name(r.tier) if data.has_tier else ""), _Ledger()).add(r)
+        # OpenAI's completions usage leaves embeddings out (its daily dollars keep them): their
+        # tokens are not compared there, their cost still is, in the day's total.
+        if not (r.embeddings and data.provider == "openai"):
+            by_key.setdefault((r.day, r.model, tier_name(r.tier) if data.has_tier else ""), _Ledger()).add(r)
         by_day.setdefault(r.day, _Ledger()).add(r)
     for key in sorted(set(by_key) | set(data.usage) | set(data.usd)):
         rec.rows.append(_model_row(key, by_key.get(key), data, is_narrowed, rec.threshold_pct))

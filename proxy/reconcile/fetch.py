@@ -42,10 +42,25 @@ def admin_key(env: str, environ: dict[str, str] | None = None) -> str:
     return value.strip()
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """urllib would send the admin key on to wherever a redirect points: a redirect is an answer."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
 def urllib_transport(url: str, headers: dict[str, str]) -> tuple[int, bytes]:
+    """GET with the admin key, only over https (or to this machine), never following a redirect."""
+    parts = urlsplit(url)
+    if parts.scheme != "https" and parts.hostname not in ("127.0.0.1", "localhost", "::1"):
+        raise ReconcileError(f"{parts.scheme}://{parts.hostname}: an admin key is only sent over https "
+                             "(or to this machine)")
     request = urllib.request.Request(url, headers=headers, method="GET")
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+        with _OPENER.open(request, timeout=TIMEOUT_S) as response:
             return int(response.status), response.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()

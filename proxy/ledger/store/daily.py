@@ -41,9 +41,10 @@ SELECT start / {DAY_US} AS day,
        COALESCE(SUM({COST_USD}), 0) AS cost_usd, COALESCE(SUM({COST_REST}), 0) AS cost_rest,
        COALESCE(SUM({FEE_USD}), 0) AS fee_usd, COALESCE(SUM({FEE_REST}), 0) AS fee_rest,
        COALESCE(SUM({PROVIDER_USD}), 0) AS provider_cost_usd, COALESCE(SUM({PROVIDER_REST}), 0) AS provider_cost_rest,
-       COUNT(provider_cost_units) AS provider_costed
+       COUNT(provider_cost_units) AS provider_costed,
+       CASE WHEN endpoint = 'embeddings' THEN 1 ELSE 0 END AS embeddings
 FROM requests WHERE {{where}} AND endpoint IN ({METERED_SQL})
-GROUP BY 1, 2, 3, 4
+GROUP BY 1, 2, 3, 4, CASE WHEN endpoint = 'embeddings' THEN 1 ELSE 0 END
 """
 
 
@@ -67,6 +68,7 @@ class DailyRow:
     fee_units: int  # the fees inside cost_units
     provider_cost_units: int  # the upstream's own figure, over provider_costed requests
     provider_costed: int
+    embeddings: bool = False  # embeddings requests (OpenAI reports them apart from completions)
 
 
 def daily_sums(store: SqlStore, start_from: datetime, start_to: datetime) -> list[DailyRow]:
@@ -82,7 +84,7 @@ def daily_sums(store: SqlStore, start_from: datetime, start_to: datetime) -> lis
             estimated=exact(row["estimated"]), unpriced=exact(row["unpriced"]),
             cost_units=money(row["cost_usd"], row["cost_rest"]), fee_units=money(row["fee_usd"], row["fee_rest"]),
             provider_cost_units=money(row["provider_cost_usd"], row["provider_cost_rest"]),
-            provider_costed=exact(row["provider_costed"])))
+            provider_costed=exact(row["provider_costed"]), embeddings=bool(row["embeddings"])))
     return out
 
 
