@@ -149,6 +149,8 @@ class Ledger:
                 queued = self._backlog.put(unjournaled, None, kept)
             if (segment is None or unjournaled) and not kept:
                 self._log_lost()
+                # Neither journaled nor queued: no import will settle their reservations.
+                self._settled([*(journaled if segment is None else ()), *unjournaled])
             if queued >= self.batch_size and self._importer is not None:
                 self._importer.wake()
         except Exception:  # the client's response matters more than these records

@@ -240,3 +240,20 @@ def test_a_request_that_ends_without_a_record_gives_its_reservation_back(db_url:
         assert sum(1 for _ in [await admit(e) for _ in range(5)]) == 5
 
     asyncio.run(run())
+
+
+def test_a_clean_shutdown_gives_an_idle_lease_back(db_url: str, ledgers: list[Ledger]) -> None:
+    ledger = started(db_url, ledgers)
+    e = engine(ledger, budget("0.1"), "a")
+
+    async def run() -> None:
+        e.start(asyncio.get_running_loop())
+        r, leases = await admit(e)  # type: ignore[misc]
+        assert lease_amounts(ledger)[str(leases)] > 0
+        ledger.append_many([record(1, r, leases, r // 2)])
+        assert await asyncio.to_thread(ledger.flush)
+        await asyncio.sleep(0.05)
+        await e.stop()
+        assert lease_amounts(ledger) == {}  # not held for another 90 s
+
+    asyncio.run(run())
