@@ -280,10 +280,11 @@ class Budgets:
                 if ended or not lease.used:
                     # Lowered here first, on the loop: no request can be admitted from what is given back.
                     lease.amount = max(lease.in_flight, 0)
+                written = lease.amount
                 lease.used = False
                 started = time.monotonic()
                 try:
-                    alive = await asyncio.to_thread(self._write_lease, lease.id, lease.budget.name, lease.amount)
+                    alive = await asyncio.to_thread(self._write_lease, lease.id, lease.budget.name, written)
                 except Exception as e:  # this lease is tried again at the next tick; the others go on
                     log.warning("budget %s: lease renewal failed: %s", lease.budget.name, e)
                     ok = False
@@ -294,7 +295,7 @@ class Budgets:
                     # The database let it expire (other replicas may have used its room since):
                     # nothing more is handed out from it before a grant, which checks the room.
                     lease.valid_until = 0.0
-                if ended and lease.in_flight <= 0:
+                if ended and lease.in_flight <= 0 and written <= 0:  # its row is gone too
                     del self._by_id[lease.id]
                     self._periods.pop((lease.budget.name, lease.scope.lo_us), None)
         return ok

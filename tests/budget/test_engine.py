@@ -248,9 +248,10 @@ def test_a_clean_shutdown_gives_an_idle_lease_back(db_url: str, ledgers: list[Le
 
     async def run() -> None:
         e.start(asyncio.get_running_loop())
-        r, leases = await admit(e)  # type: ignore[misc]
+        now = datetime.now(UTC)  # a period that has not ended: its lease is renewed, not wound up
+        r, leases = await admit(e, now)  # type: ignore[misc]
         assert lease_amounts(ledger)[str(leases)] > 0
-        ledger.append_many([record(1, r, leases, r // 2)])
+        ledger.append_many([record(1, r, leases, r // 2, now)])
         assert await asyncio.to_thread(ledger.flush)
         await asyncio.sleep(0.05)
         await e.stop()
