@@ -19,7 +19,7 @@ import logging
 import os
 import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import orjson
@@ -189,7 +189,11 @@ def _retry_file(writer: Writer, path: Path, again: DeadLetters, batch_size: int,
 
 
 def _line(record: Record) -> bytes:
-    """The journal line, or, for a record with no faithful JSON form, the nearest one."""
+    """The journal line, or, for a record with no faithful JSON form, the nearest one. A set-aside
+    record's budget reservation was released when it was set aside: its copy names no lease, so
+    a later `ledger retry` settles nothing a second time."""
+    if record.budget_leases:
+        record = replace(record, budget_leases=None)
     try:
         return encode(record)
     except TypeError:

@@ -44,7 +44,8 @@ CHUNK = 1000  # records per read, and per transaction with --apply
 SQLITE_YIELD_S = 0.1
 SHOWN_PRICED = 50  # priced records listed one by one; the rest counted
 # Flags that describe a record's price, not its usage: a repricing sets them anew.
-PRICE_FLAGS = frozenset({"tier_fallback", "geo_unpriced", "cache_ttl_unpriced", "fee_unpriced", PRICING_FAILED})
+PRICE_FLAGS = frozenset({"tier_fallback", "geo_unpriced", "cache_ttl_unpriced", "fee_unpriced", PRICING_FAILED,
+                         "over_reservation"})
 GEO_UNPRICED = "geo_unpriced"
 
 
@@ -114,6 +115,8 @@ def reprice_record(book: PriceBook, rec: Record) -> Record | None:
         return None
     if GEO_UNPRICED in rec.flags and GEO_UNPRICED not in new.flags and _entry_geo(book, new) is None:
         new.flags.append(GEO_UNPRICED)  # its geo is not kept, only that no entry named it
+    if rec.budget_leases and new.cost_units is not None and new.cost_units > (rec.reserved_units or 0):
+        new.flags.append("over_reservation")  # as the meter flags it: the budget's overrun follows the price
     if _priced_as(new) == _priced_as(rec):
         return None
     new.flags.append(REPRICED)
