@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -109,46 +110,36 @@ class PostgresStore(SqlStore):
         finally:
             con.close()
 
-    @contextlib.contextmanager
-    def _migrating(self) -> Iterator[Session]:
-        con = self._connect()
-        try:
-            with con.transaction():  # an exception leaving the block rolls back
-                con.execute("SET LOCAL lock_timeout = 0")  # a migration elsewhere may take a while: wait for it
-                con.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATE_LOCK,))
-                yield _Session(con)
-        except psycopg.Error as e:
-            raise StoreUnavailable(f"{self.safe_url}: migration failed: {e}") from e
-        finally:
-            con.close()
+    def _migrating(self) -> AbstractContextManager[Session]:
+        # lock_timeout 0: a migration elsewhere may take a while; wait for it.
+        return self._locked(("SET LOCAL lock_timeout = 0", ()), ("SELECT pg_advisory_xact_lock(%s)", (_MIGRATE_LOCK,)),
+                            failed="migration failed: ")
 
-    @contextlib.contextmanager
-    def _write_locked(self) -> Iterator[Session]:
+    def _write_locked(self) -> AbstractContextManager[Session]:
         """SHARE ROW EXCLUSIVE on `requests`, which every insert (ROW EXCLUSIVE) conflicts with: the
         importers of every replica wait (up to their lock timeout, then retry); reads go on."""
-        con = self._connect()
-        try:
-            with con.transaction():  # an exception leaving the block rolls back
-                con.execute(f"SET LOCAL lock_timeout = {_REPRICE_LOCK_WAIT_MS}")  # an import's is short
-                con.execute("LOCK TABLE requests IN SHARE ROW EXCLUSIVE MODE")
-                yield _Session(con)
-        except psycopg.Error as e:
-            raise StoreUnavailable(f"{self.safe_url}: {e}") from e
-        finally:
-            con.close()
+        return self._locked((f"SET LOCAL lock_timeout = {_REPRICE_LOCK_WAIT_MS}", ()),  # an import's is short
+                            ("LOCK TABLE requests IN SHARE ROW EXCLUSIVE MODE", ()))
 
-    @contextlib.contextmanager
-    def budget_locked(self, budget: str | None) -> Iterator[Session]:
+    def budget_locked(self, budget: str | None) -> AbstractContextManager[Session]:
         """A transaction holding the budget's advisory lock (none for None): grants of one budget
         take turns across every replica; imports never wait for it."""
+        if budget is None:
+            return self._locked()
+        return self._locked(("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_BUDGET_LOCK, budget)))
+
+    @contextlib.contextmanager
+    def _locked(self, *setup: tuple[str, tuple[object, ...]], failed: str = "") -> Iterator[Session]:
+        """A transaction on a fresh connection that first runs `setup` (its locks); an exception
+        leaving the block rolls it back."""
         con = self._connect()
         try:
-            with con.transaction():  # an exception leaving the block rolls back
-                if budget is not None:
-                    con.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_BUDGET_LOCK, budget))
+            with con.transaction():
+                for sql, params in setup:
+                    con.execute(sql.encode(), params)
                 yield _Session(con)
         except psycopg.Error as e:
-            raise StoreUnavailable(f"{self.safe_url}: {e}") from e
+            raise StoreUnavailable(f"{self.safe_url}: {failed}{e}") from e
         finally:
             con.close()
 

@@ -13,6 +13,7 @@ import functools
 import os
 import sqlite3
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from pathlib import Path
 from urllib.parse import quote
@@ -170,47 +171,26 @@ class SqliteStore(SqlStore):
             con.close()
 
     # --- schema ---------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def _migrating(self) -> Iterator[Session]:
-        con, _ = self._open_writable()
-        try:
-            con.execute("PRAGMA journal_mode=WAL")
-            # IMMEDIATE takes the write lock first, so two workers starting together apply each migration once.
-            con.execute("BEGIN IMMEDIATE")
-            yield _Session(con)
-            con.execute("COMMIT")
-        except BaseException as e:
-            if con.in_transaction:
-                con.execute("ROLLBACK")
-            if isinstance(e, sqlite3.Error):
-                raise StoreUnavailable(f"{self.path}: migration failed: {e}") from e
-            raise
-        finally:
-            con.close()
+    def _migrating(self) -> AbstractContextManager[Session]:
+        # IMMEDIATE takes the write lock first, so two workers starting together apply each migration once.
+        return self._immediate(wal=True, failed="migration failed: ")
 
-    @contextlib.contextmanager
-    def _write_locked(self) -> Iterator[Session]:
+    def _write_locked(self) -> AbstractContextManager[Session]:
         """SQLite's write lock (BEGIN IMMEDIATE): an import waits up to its busy timeout, then retries."""
-        con, _ = self._open_writable()
-        try:
-            con.execute("BEGIN IMMEDIATE")
-            yield _Session(con)
-            con.execute("COMMIT")
-        except BaseException as e:
-            if con.in_transaction:
-                con.execute("ROLLBACK")
-            if isinstance(e, sqlite3.Error):
-                raise StoreUnavailable(f"{self.path}: {e}") from e
-            raise
-        finally:
-            con.close()
+        return self._immediate()
+
+    def budget_locked(self, budget: str | None) -> AbstractContextManager[Session]:
+        """The same write lock: budget grants, renewals and imports take turns (one process serves a
+        SQLite ledger with an enforced budget)."""
+        return self._immediate()
 
     @contextlib.contextmanager
-    def budget_locked(self, budget: str | None) -> Iterator[Session]:
-        """A transaction under SQLite's write lock: budget grants, renewals and imports take turns
-        (one process serves a SQLite ledger with an enforced budget)."""
+    def _immediate(self, wal: bool = False, failed: str = "") -> Iterator[Session]:
+        """A transaction on a fresh writable connection that holds the write lock from its start."""
         con, _ = self._open_writable()
         try:
+            if wal:
+                con.execute("PRAGMA journal_mode=WAL")
             con.execute("BEGIN IMMEDIATE")
             yield _Session(con)
             con.execute("COMMIT")
@@ -218,7 +198,7 @@ class SqliteStore(SqlStore):
             if con.in_transaction:
                 con.execute("ROLLBACK")
             if isinstance(e, sqlite3.Error):
-                raise StoreUnavailable(f"{self.path}: {e}") from e
+                raise StoreUnavailable(f"{self.path}: {failed}{e}") from e
             raise
         finally:
             con.close()
