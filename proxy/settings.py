@@ -528,16 +528,22 @@ class _Checker:
         return tuple(v)
 
 
+def _array_name(c: _Checker, table: str, item: Mapping[str, Any], i: int, taken: set[str]) -> str:
+    """The `name` of the i-th [[table]]: required, a label-safe word, unique among `taken`."""
+    name = c.str_(table, item, "name", f"{table}{i}", i)
+    if "name" not in item:
+        c.fail(table, None, i, f"[[{table}]] needs a name")
+    elif not _NAME_RE.match(name):
+        c.fail(table, "name", i, f"{table} name {name!r} must be letters, digits, '-', '_' or '.'")
+    if name in taken:
+        c.fail(table, "name", i, f"duplicate {table} name {name!r}")
+    return name
+
+
 def _budgets(c: _Checker, items: list[dict[str, Any]], tenants: set[str]) -> tuple[Budget, ...]:
     out: list[Budget] = []
     for i, b in enumerate(items):
-        name = c.str_("budget", b, "name", f"budget{i}", i)
-        if "name" not in b:
-            c.fail("budget", None, i, "[[budget]] needs a name")
-        elif not _NAME_RE.match(name):
-            c.fail("budget", "name", i, f"budget name {name!r} must be letters, digits, '-', '_' or '.'")
-        if any(o.name == name for o in out):
-            c.fail("budget", "name", i, f"duplicate budget name {name!r}")
+        name = _array_name(c, "budget", b, i, {o.name for o in out})
         if "limit_usd" not in b:
             c.fail("budget", None, i, f"[[budget]] {name!r} needs limit_usd")
         limit = c.money("budget", b, "limit_usd", "0", i)
@@ -615,13 +621,7 @@ def _reconcile(c: _Checker, table: Mapping[str, Any]) -> dict[str, ReconcileSour
 def _upstreams(c: _Checker, items: list[dict[str, Any]]) -> tuple[Upstream, ...]:
     out: list[Upstream] = []
     for i, u in enumerate(items):
-        name = c.str_("upstream", u, "name", f"upstream{i}", i)
-        if "name" not in u:
-            c.fail("upstream", None, i, "[[upstream]] needs a name")
-        elif not _NAME_RE.match(name):
-            c.fail("upstream", "name", i, f"upstream name {name!r} must be letters, digits, '-', '_' or '.'")
-        if any(o.name == name for o in out):
-            c.fail("upstream", "name", i, f"duplicate upstream name {name!r}")
+        name = _array_name(c, "upstream", u, i, {o.name for o in out})
         base = c.str_("upstream", u, "base_url", "", i)
         for key in ("base_url", "anthropic_base_url"):
             url = u.get(key)
