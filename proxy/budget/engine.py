@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from proxy.budget.metrics import BudgetMetrics
 from proxy.budget.periods import period_of
 from proxy.budget.reserve import Reserver
-from proxy.ledger.record import Record
+from proxy.ledger.record import COST_UNITS_PER_USD, Record
 from proxy.ledger.store import SqlStore
 from proxy.ledger.store.budgets import (
     LEASE_TTL_US,
@@ -37,6 +37,7 @@ from proxy.ledger.store.budgets import (
     alert_once,
     drop,
     grant,
+    renew,
     standing,
     usd_units,
 )
@@ -224,7 +225,7 @@ class Budgets:
                 lease.in_flight -= r
                 touched.add(lease.budget.name)
                 if OVER_RESERVATION in rec.flags and rec.cost_units is not None:
-                    self.metrics.overrun.labels(lease.budget.name).inc((rec.cost_units - r) / 10**10)
+                    self.metrics.overrun.labels(lease.budget.name).inc((rec.cost_units - r) / COST_UNITS_PER_USD)
         for name in touched:
             self._show_reserved(name)
 
@@ -232,7 +233,7 @@ class Budgets:
         """The reserved gauge: set here and by the upkeep, never per request (it costs a label
         lookup and a sum over the leases)."""
         held = sum(lease.in_flight for lease in self._by_id.values() if lease.budget.name == budget)
-        self.metrics.reserved.labels(budget).set(held / 10**10)
+        self.metrics.reserved.labels(budget).set(held / COST_UNITS_PER_USD)
 
     # -- upkeep ---------------------------------------------------------------------------------
 
@@ -305,15 +306,11 @@ class Budgets:
         docstring), renewed for another LEASE_TTL_US, but only while the database still counts
         it: an expired lease is never brought back without a grant. A lease holding nothing is
         deleted. True when the lease is alive (or was deleted)."""
-        m, now = self.store.mark, self._now_us()
         with self.store.budget_locked(budget) as session:
             if amount <= 0:
-                drop(session, m, lease_id)
+                drop(session, self.store.mark, lease_id)
                 return True
-            rows = session.fetch(f"UPDATE budget_leases SET amount = {m}, expires_at = {m} "
-                                 f"WHERE id = {m} AND expires_at > {m} RETURNING id",
-                                 (amount, now + LEASE_TTL_US, lease_id, now))
-            return bool(rows)
+            return renew(session, self.store.mark, lease_id, amount, self._now_us())
 
     def refresh(self) -> None:
         """In a thread: every budget's spent for the gauges, and its alert thresholds."""
@@ -337,7 +334,7 @@ class Budgets:
                                     b.limit_usd, lo.isoformat())
 
     def _observe(self, budget: Budget, s: Standing) -> None:
-        self.metrics.spent.labels(budget.name).set(s.spent / 10**10)
+        self.metrics.spent.labels(budget.name).set(s.spent / COST_UNITS_PER_USD)
 
     def _now_us(self) -> int:
         return int(self.clock() * 1_000_000)

@@ -124,6 +124,16 @@ def adjust(session: Session, mark: str, scope: Scope, lease_id: str, delta: int,
         (lease_id, scope.budget, scope.lo_us, delta, now_us + LEASE_TTL_US))
 
 
+def renew(session: Session, mark: str, lease_id: str, amount: int, now_us: int) -> bool:
+    """Set a live lease's figure and give it another LEASE_TTL_US; False when the lease has
+    already expired (it is never brought back without a grant, which checks the room)."""
+    m = mark
+    rows = session.fetch(f"UPDATE budget_leases SET amount = {m}, expires_at = {m} "
+                         f"WHERE id = {m} AND expires_at > {m} RETURNING id",
+                         (amount, now_us + LEASE_TTL_US, lease_id, now_us))
+    return bool(rows)
+
+
 def drop(session: Session, mark: str, lease_id: str) -> None:
     session.execute(f"DELETE FROM budget_leases WHERE id = {mark}", (lease_id,))
 
