@@ -345,11 +345,10 @@ def read_body(endpoint: str, body: bytes) -> tuple[Observed, Callable[[], str]]:
     reader = _BODIES.get(endpoint)
     if not isinstance(obj, dict) or reader is None:
         return Observed(), str
-    observe, text = reader
-    try:
-        observed = observe(obj, body)
-    except Exception:  # an odd shape no reader foresaw: metering must never break the relay
-        return Observed(faults=(READER_ERROR,)), str
+    observed = observe(endpoint, obj, body) or Observed()
+    if READER_ERROR in observed.faults:
+        return observed, str
+    text = reader[1]
 
     def completion_text() -> str:
         try:
@@ -368,7 +367,7 @@ def observe(endpoint: str, obj: dict[str, Any], raw: bytes) -> Observed | None:
         return None
     try:
         return reader[0](obj, raw)
-    except Exception:  # an odd shape no reader foresaw
+    except Exception:  # an odd shape no reader foresaw: metering must never break the relay
         return Observed(faults=(READER_ERROR,))
 
 
