@@ -25,6 +25,7 @@ Transport = Callable[[str, dict[str, str]], tuple[int, bytes]]
 
 MAX_PAGES = 1000  # a month of daily buckets is a few pages; more means the cursor goes round
 TIMEOUT_S = 60.0
+MAX_PAGE_BYTES = 64 * 1024 * 1024  # a page of daily buckets is kilobytes; a bigger one is not a report
 
 
 class ReconcileError(ConfigError):
@@ -52,8 +53,9 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 _OPENER = urllib.request.build_opener(_NoRedirect)
 
 
-def urllib_transport(url: str, headers: dict[str, str]) -> tuple[int, bytes]:
-    """GET with the admin key, only over https (or to this machine), never following a redirect."""
+def urllib_transport(url: str, headers: dict[str, str], limit: int = MAX_PAGE_BYTES) -> tuple[int, bytes]:
+    """GET with the admin key, only over https (or to this machine), never following a redirect;
+    a page longer than `limit` bytes is refused, never held whole."""
     parts = urlsplit(url)
     if parts.scheme != "https" and parts.hostname not in ("127.0.0.1", "localhost", "::1"):
         raise ReconcileError(f"{parts.scheme}://{parts.hostname}: an admin key is only sent over https "
@@ -61,9 +63,16 @@ def urllib_transport(url: str, headers: dict[str, str]) -> tuple[int, bytes]:
     request = urllib.request.Request(url, headers=headers, method="GET")
     try:
         with _OPENER.open(request, timeout=TIMEOUT_S) as response:
-            return int(response.status), response.read()
+            return int(response.status), _bounded(response, limit, url)
     except urllib.error.HTTPError as e:
-        return e.code, e.read()
+        return e.code, _bounded(e, limit, url)
+
+
+def _bounded(response: Any, limit: int, url: str) -> bytes:
+    body: bytes = response.read(limit + 1)
+    if len(body) > limit:
+        raise ReconcileError(f"{urlsplit(url).hostname}: a page longer than {limit:,} bytes; not a usage or cost page")
+    return body
 
 
 def decode(body: bytes | str, where: str) -> Any:

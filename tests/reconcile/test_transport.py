@@ -60,3 +60,15 @@ def test_a_redirect_is_an_answer_not_followed(target: str) -> None:
 def test_the_key_is_sent_over_https_only_off_this_machine() -> None:
     with pytest.raises(ReconcileError, match="only sent over https"):
         urllib_transport("http://api.example.com/v1/organization/costs", {"Authorization": "Bearer sk-admin-x"})
+
+
+def test_a_page_past_the_limit_is_refused_not_held(target: str) -> None:
+    class Endless(_Target):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()  # no length: the body runs until the connection ends
+            self.wfile.write(b"{" + b" " * 4096)
+
+    for base in _server(Endless):
+        with pytest.raises(ReconcileError, match="a page longer than 1,024 bytes"):
+            urllib_transport(f"{base}/v1/organization/costs", {}, limit=1024)
