@@ -154,6 +154,7 @@ class Settings:
     body_timeout_s: float = 60.0
     idle_timeout_s: float = 75.0
     send_timeout_s: float = 120.0
+    max_pipelined_requests: int = 1  # requests a connection may have unanswered; more wait in the kernel
     max_decompressed_mb: int = 64
     public_url: str | None = None  # the address clients use, where llmmeter must name itself
     metrics_token: str | None = field(default=None, repr=False)
@@ -182,7 +183,7 @@ class Settings:
 _SCHEMA: dict[str, set[str]] = {
     "server": {"host", "port", "max_body_mb", "connect_timeout_s", "read_timeout_s",
                "metrics_token", "workers", "head_timeout_s", "body_timeout_s", "idle_timeout_s",
-               "send_timeout_s", "max_decompressed_mb", "public_url"},
+               "send_timeout_s", "max_decompressed_mb", "public_url", "max_pipelined_requests"},
     "ledger": {"url", "journal_dir", "fsync"},
     "pricing": {"dir"},
     "workloads": {"medium", "long", "very_long"},
@@ -429,6 +430,7 @@ def _build(raw: dict[str, Any], src: _Source, origins: Mapping[tuple[str, str | 
         body_timeout_s=c.num("server", server, "body_timeout_s", 60.0),
         idle_timeout_s=c.num("server", server, "idle_timeout_s", 75.0),
         send_timeout_s=c.num("server", server, "send_timeout_s", 120.0),
+        max_pipelined_requests=c.int_("server", server, "max_pipelined_requests", 1, lo=1, hi=64),
         max_decompressed_mb=c.int_("server", server, "max_decompressed_mb", 64, lo=1, hi=4096),
         public_url=_public_url(c, server),
         metrics_token=_metrics_token(c, server),

@@ -158,6 +158,7 @@ def test_data_plane_limits_load(tmp_path: Path) -> None:
 [server]
 head_timeout_s = 5
 max_decompressed_mb = 8
+max_pipelined_requests = 4
 
 [[upstream]]
 name = "a"
@@ -167,7 +168,9 @@ idle_s = 2.5
 ca_file = "{ca}"
 proxy = "http://127.0.0.1:3128"
 """), env={})
-    assert (s.head_timeout_s, s.max_decompressed_mb, s.idle_timeout_s) == (5, 8, 75)
+    assert (s.head_timeout_s, s.max_decompressed_mb, s.idle_timeout_s, s.max_pipelined_requests) == (5, 8, 75, 4)
+    with pytest.raises(ConfigError, match="max_pipelined_requests"):
+        load(write(tmp_path, "[server]\nmax_pipelined_requests = 0\n"), env={})
     up = s.upstreams[0]
     assert (up.max_connections, up.idle_s, up.ca_file, up.proxy) == (3, 2.5, ca, "http://127.0.0.1:3128")
     with pytest.raises(ConfigError, match="ca_file"):

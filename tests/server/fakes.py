@@ -21,7 +21,7 @@ class FakeTransport:
         self.loop = loop
         self.protocol: asyncio.Protocol | None = None
         self.sends: list[bytes] = []
-        self.closed = self.aborted = False
+        self.closed = self.aborted = self.eof = False
         self.reading = True
         self.backlog = 0  # what get_write_buffer_size() reports: bytes the client has not read yet
 
@@ -45,6 +45,12 @@ class FakeTransport:
     def abort(self) -> None:
         self.aborted = True
         self.close()
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None:
+        self.eof = True
 
     def pause_reading(self) -> None:
         self.reading = False

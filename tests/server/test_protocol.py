@@ -195,5 +195,5 @@ def test_an_app_without_limits_or_hook_gets_the_defaults() -> None:
 def test_limits_come_from_settings() -> None:
     from proxy.settings import Settings
 
-    s = Settings(head_timeout_s=1, body_timeout_s=2, idle_timeout_s=3, send_timeout_s=4)
-    assert ServerLimits.from_settings(s) == ServerLimits(1, 2, 3, 4, 65536)
+    s = Settings(head_timeout_s=1, body_timeout_s=2, idle_timeout_s=3, send_timeout_s=4, max_pipelined_requests=5)
+    assert ServerLimits.from_settings(s) == ServerLimits(1, 2, 3, 4, 65536, max_pipelined=5)
