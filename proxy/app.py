@@ -26,6 +26,7 @@ from proxy.ledger.group import GroupCommit
 from proxy.ledger.layout import default_replica
 from proxy.metering.estimate.estimator import Estimator
 from proxy.metering.meter import Meter
+from proxy.metering.refusals import Refusals
 from proxy.metrics.metrics import Metrics
 from proxy.relay.handler import Receive, Relay, Scope, Send
 from proxy.server.protocol import ServerLimits
@@ -76,8 +77,9 @@ class LLMMeter:
         self.group = GroupCommit(parts.ledger.append_many)
         meter = Meter(parts.book, self.estimator, s.workloads, self.group, parts.metrics,
                       frozenset(u.name for u in s.upstreams if u.hidden_output == "from_total"))
+        self.refusals = Refusals(self.group, parts.metrics)
         self.relay = Relay(s, Router(s.upstreams), self.upstreams, meter, parts.metrics,
-                           pending=lambda: parts.ledger.pending, budgets=parts.budgets)
+                           pending=lambda: parts.ledger.pending, budgets=parts.budgets, refusals=self.refusals)
         self.admin = _admin_app(parts)
         # What the serving protocol (proxy/server/protocol.py) takes from the app it serves.
         self.server_limits = ServerLimits.from_settings(s)
@@ -102,6 +104,7 @@ class LLMMeter:
                     await asyncio.to_thread(self.parts.ledger.start)
                     loop = asyncio.get_running_loop()
                     self.group.bind(loop)
+                    self.refusals.bind(loop)
                     self.relay.loop = loop
                     if self.parts.budgets is not None:
                         self.parts.budgets.start(loop)
@@ -116,6 +119,8 @@ class LLMMeter:
                     await self.parts.budgets.stop()
                 self.upstreams.close()
                 self.estimator.close()
+                self.refusals.bind(None)
+                self.refusals.close()  # the open minute's refusals, before the last records are committed
                 self.group.bind(None)
                 await asyncio.to_thread(self.parts.ledger.close)
                 await send({"type": "lifespan.shutdown.complete"})

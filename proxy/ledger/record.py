@@ -18,6 +18,8 @@ EXPORT_COLUMNS: tuple[str, ...] = (
     "upstream_request_id",
     # Appended in version 2 (SPEC "Ledger"), in this order.
     "cache_write_1h_tokens", "web_search_calls", "price_band", "provider_cost_usd", "flags",
+    # Appended in version 4 (migration 009): how many requests the row stands for.
+    "request_count",
 )
 
 # Money in the ledger is an integer count of 10^-10 USD (SPEC "Price tables").
@@ -71,6 +73,9 @@ class Record:
     reserved_units: int | None = None
     budget_leases: str | None = None
     budget: str | None = None
+    # Migration 009: how many requests this record stands for. 1 for every request; more for the
+    # record that aggregates one minute's refusals before a key was known (flag `aggregated`).
+    request_count: int = 1
 
     def to_json_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (times as RFC 3339) used by the journal."""

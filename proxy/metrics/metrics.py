@@ -23,7 +23,7 @@ from pricing import Cost, PriceBook
 from pricing.model import BILLING_TYPES
 from proxy.ledger.record import COST_UNITS_PER_USD, Record
 from proxy.metrics.tally import Buckets, Sum, Tally
-from proxy.protocol.names import ENDPOINTS, FAULT_KINDS
+from proxy.protocol.names import ENDPOINTS, FAULT_KINDS, REFUSAL_REASONS, UNAUTHENTICATED
 from proxy.settings import Settings
 
 OTHER = "other"
@@ -108,6 +108,11 @@ class Metrics:
         self._fault_adders = {kind: self.faults.adder((kind,)) for kind in sorted(FAULT_KINDS)}
         for add in self._fault_adders.values():
             add(0.0)
+        # Refusals before a key is known (SPEC "Version 4 additions"): a fixed set of reasons, each
+        # series there from the start at 0, so an alert on a rise needs no absent().
+        refusals = Counter("llmmeter_refusals", "Requests refused before a key was known (401), by reason",
+                           ["reason"], registry=r)
+        self._refusals = {reason: refusals.labels(reason) for reason in REFUSAL_REASONS}
         # Gauges every worker sets alike: "max" shows the value once, with no pid label.
         budget = Gauge("llmmeter_monthly_budget_usd", "Configured monthly budgets", ["tenant"], registry=r,
                        multiprocess_mode="max")
@@ -201,6 +206,19 @@ class Metrics:
         k.tagged_cost(total / COST_UNITS_PER_USD)
         if provider is not None:
             k.provider_costed(total / COST_UNITS_PER_USD)
+
+    def refused(self, reason: str, endpoint: str, duration_s: float) -> None:
+        """Counts one refusal before a key was known, on the event loop: in llmmeter_refusals_total,
+        and in llmmeter_requests_total as any refused request is, though its ledger record is one
+        per minute and reason (proxy/metering/refusals.py)."""
+        self._refusals[reason].inc()
+        raw = (None, None, UNAUTHENTICATED, "", endpoint, None, None, 401, "rejected")
+        k = self._keys.get(raw)
+        if k is None:
+            k = self._prepare(raw)
+        k.request(1.0)
+        k.duration(duration_s)
+        k.overhead(0.0)
 
     def _prepare(self, raw: tuple[str | int | None, ...]) -> _Keys:
         """The series one combination of record values updates, looked up once (bounded: tier and

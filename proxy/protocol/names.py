@@ -22,6 +22,14 @@ CHAT_STYLE = frozenset({"chat", "completions"})  # where llmmeter may ask for th
 OUTCOMES = ("ok", "upstream_http_error", "upstream_unreachable", "upstream_timeout", "upstream_reset",
             "upstream_malformed", "client_closed", "rejected")
 
+# Why a request was refused before a key was known (llmmeter_refusals_total{reason}, and the
+# second flag of the ledger's aggregated record beside `aggregated`).
+MISSING_KEY = "missing_key"  # no Authorization bearer and no x-api-key
+UNKNOWN_KEY = "unknown_key"  # a key no tenant holds
+REFUSAL_REASONS = (MISSING_KEY, UNKNOWN_KEY)
+AGGREGATED = "aggregated"  # a record that stands for `request_count` requests
+UNAUTHENTICATED = "unauthenticated"  # the tenant of a request refused before a key was known
+
 WORKLOADS = ("short", "medium", "long", "very_long")  # by input-side tokens, [workloads] bounds
 
 # A usage field or stream the readers could not use (llmmeter_metering_faults_total{kind}):

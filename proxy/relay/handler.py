@@ -22,9 +22,10 @@ import orjson
 from proxy.budget.engine import BUDGET_EXCEEDED, Budgets, Rejection
 from proxy.errors import error_body
 from proxy.metering.meter import Exchange, Meter, bounded, clean_tag
+from proxy.metering.refusals import Refusals
 from proxy.metrics.metrics import Metrics
 from proxy.protocol.batch import batch_download, names_results_url
-from proxy.protocol.names import CHAT_STYLE, ENDPOINT_PATHS, METERED
+from proxy.protocol.names import CHAT_STYLE, ENDPOINT_PATHS, METERED, MISSING_KEY, UNKNOWN_KEY
 from proxy.protocol.usage import Observed
 from proxy.relay.forward import Forwarder, Outbound, send_whole
 from proxy.server import DISCONNECT
@@ -44,8 +45,11 @@ class _TooLarge(Exception):
 
 class Relay:
     def __init__(self, settings: Settings, router: Router, upstreams: Upstreams, meter: Meter,
-                 metrics: Metrics, pending: Callable[[], int] | None = None, budgets: Budgets | None = None) -> None:
+                 metrics: Metrics, pending: Callable[[], int] | None = None, budgets: Budgets | None = None,
+                 refusals: Refusals | None = None) -> None:
         self.settings, self.router, self.upstreams = settings, router, upstreams
+        # Refusals before a key is known: one ledger record per minute and reason, not per request.
+        self.refusals = refusals if refusals is not None else Refusals(meter.journal, metrics)
         # Enforced budgets gate metered requests before they are forwarded (None: none is enforced).
         self.budgets = budgets if budgets is not None and budgets.enforced else None
         self.meter, self.metrics = meter, metrics
@@ -74,9 +78,7 @@ class Relay:
 
         tenant = self._authenticate(headers)
         if tenant is None:
-            ex.tenant = "unauthenticated"
-            await self._reject(ex, send, 401, "missing or unknown proxy key", "invalid_api_key",
-                               "authentication_error", anthropic, "invalid_request_error")
+            await self._unauthenticated(ex, headers, send, anthropic)
             return
         ex.tenant = tenant
         if path is None:
@@ -220,6 +222,16 @@ class Relay:
         # Recorded first: the record is journaled before the answer's bytes leave (SPEC "Ledger").
         self.meter.record(ex, Observed(), None, "upstream")
         await send_whole(send, status, body, headers)
+
+    async def _unauthenticated(self, ex: Exchange, headers: list[tuple[bytes, bytes]], send: Send,
+                               anthropic: bool) -> None:
+        """401 without a ledger row of its own: counted now, written once per minute and reason
+        (proxy/metering/refusals.py), so a keyless flood cannot fill the disk."""
+        reason = MISSING_KEY if _presented_key(headers) is None else UNKNOWN_KEY
+        self.refusals.refuse(reason, ex.endpoint, time.perf_counter() - ex.t0)
+        kind = "invalid_request_error" if anthropic else "authentication_error"
+        body = error_body("missing or unknown proxy key", kind, "invalid_api_key", anthropic)
+        await send_whole(send, 401, body)
 
     async def _reject(self, ex: Exchange, send: Send, status: int, message: str, code: str, kind: str,
                       anthropic: bool, anthropic_kind: str | None = None) -> None:

@@ -12,8 +12,10 @@ from proxy.ledger.store import COLUMNS
 # The request columns migration 007 added: a ledger migrated only to 006 or earlier lacks them.
 V2_COLUMNS = ("cache_write_1h_tokens", "web_search_calls", "price_band", "fee_units", "provider_cost_units")
 BUDGET_COLUMNS = ("reserved_units", "budget_leases", "budget")  # migration 008
+AGGREGATED_COLUMNS = ("request_count",)  # migration 009
 # The columns of a ledger before 005 (no cost_carry yet) and before 007.
-BEFORE_005 = tuple(c for c in COLUMNS if c != "cost_carry" and c not in V2_COLUMNS + BUDGET_COLUMNS)
+LATER = V2_COLUMNS + BUDGET_COLUMNS + AGGREGATED_COLUMNS
+BEFORE_005 = tuple(c for c in COLUMNS if c != "cost_carry" and c not in LATER)
 
 T0 = datetime(2026, 11, 3, 14, 5, 9, 123456, tzinfo=UTC)
 EVER = (datetime(2000, 1, 1, tzinfo=UTC), datetime(2100, 1, 1, tzinfo=UTC))

@@ -17,13 +17,14 @@ from proxy.ledger.record import Record
 from proxy.ledger.store import COLUMNS, HourlyRow, RecordRefused, SpeedRow, is_postgresql, open_store, sqlite_path
 from proxy.ledger.store.rows import HOUR_US, MAX_PART_UNITS, to_micros, to_row
 from proxy.ledger.store.sql import HOURLY_SQL
-from tests.ledger.helpers import BUDGET_COLUMNS, EVER, T0, V2_COLUMNS, full_record
+from tests.ledger.helpers import AGGREGATED_COLUMNS, BUDGET_COLUMNS, EVER, T0, V2_COLUMNS, full_record
 
 MONTH = (datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC))
 BEFORE_007 = 6
 MIGRATIONS_TABLE = ("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, "
                     "applied_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)")
-OLD_COLUMNS = tuple(c for c in COLUMNS if c not in V2_COLUMNS + BUDGET_COLUMNS)  # a request row before 007
+# A request row before 007.
+OLD_COLUMNS = tuple(c for c in COLUMNS if c not in V2_COLUMNS + BUDGET_COLUMNS + AGGREGATED_COLUMNS)
 
 
 def execute(url: str, sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:

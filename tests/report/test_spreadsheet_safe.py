@@ -64,8 +64,8 @@ def test_export_appends_the_version_2_columns_exactly() -> None:
     out = io.StringIO()
     assert write_export([priced, unpriced], "csv", out) == 2
     header, *_ = out.getvalue().splitlines()
-    assert header.endswith(",upstream_request_id,cache_write_1h_tokens,web_search_calls,price_band,"
-                           "provider_cost_usd,flags")
+    assert ",upstream_request_id,cache_write_1h_tokens,web_search_calls,price_band,provider_cost_usd,flags," in header
+    assert header.endswith(",flags,request_count")  # version 4 appends the requests a row stands for
     first, second = csv.DictReader(io.StringIO(out.getvalue(), newline=""))
     assert (first["cache_write_1h_tokens"], first["web_search_calls"], first["price_band"],
             first["provider_cost_usd"], first["flags"]) == (

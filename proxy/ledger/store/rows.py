@@ -83,6 +83,9 @@ def to_row(r: Record) -> dict[str, Any]:
         if reserved is not None and not (type(reserved) is int and 0 <= reserved <= MAX_PART_UNITS):
             raise RecordRefused(f"record {r.id!r}: reservation {reserved!r} is not an integer from 0 to "
                                 f"{MAX_PART_UNITS} units")
+        n = r.request_count
+        if not (type(n) is int and 1 <= n <= MAX_TOKENS):  # summed like a token count: the same cap keeps sums in range
+            raise RecordRefused(f"record {r.id!r}: request_count {n!r} is not an integer from 1 to {MAX_TOKENS}")
         carry, units = (0, None) if cost is None else divmod(cost, CARRY)
         pef = r.price_effective_from
         row = vars(r).copy()  # the fields by name; a dataclass without slots keeps them in __dict__

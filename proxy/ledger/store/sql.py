@@ -13,7 +13,8 @@ from proxy.ledger.store.rows import CARRY, COLUMNS
 from proxy.protocol.names import BILLED
 
 # The report aggregates in the database: one row per UTC hour and attribution key, so
-# its memory follows the number of distinct keys, never the number of requests.
+# its memory follows the number of distinct keys, never the number of requests. A row counts
+# as the requests it stands for (migration 009: an aggregated refusal stands for many).
 METERED_SQL = ", ".join(f"'{endpoint}'" for endpoint in sorted(BILLED))  # names from code, never a client
 COST_USD = f"(cost_units / {UNITS_PER_USD} + cost_carry * {CARRY // UNITS_PER_USD})"  # whole dollars
 COST_REST = f"(cost_units - cost_units / {UNITS_PER_USD} * {UNITS_PER_USD})"  # the units below a dollar
@@ -33,7 +34,7 @@ SELECT start / 3600000000 AS hour,
        COALESCE(tier, '') AS tier, upstream, tenant, COALESCE(tag, '') AS tag, COALESCE(workload, '') AS workload,
        CASE WHEN endpoint IN ({METERED_SQL}) THEN 1 ELSE 0 END AS metered,
        COALESCE(price_band, 0) AS price_band,
-       COUNT(*) AS requests,
+       SUM(request_count) AS requests,
        SUM(input_tokens) AS input_tokens, SUM(cache_read_tokens) AS cache_read_tokens,
        SUM(cache_write_tokens) AS cache_write_tokens, SUM(output_tokens) AS output_tokens,
        COALESCE(SUM(reasoning_tokens), 0) AS reasoning_tokens,
