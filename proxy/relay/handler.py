@@ -24,7 +24,8 @@ from proxy.errors import error_body
 from proxy.metering.meter import Exchange, Meter, bounded, clean_tag
 from proxy.metrics.metrics import Metrics
 from proxy.protocol.batch import batch_download, names_results_url
-from proxy.protocol.names import CHAT_STYLE, ENDPOINT_PATHS, METERED
+from proxy.protocol.names import CHAT_STYLE, METERED
+from proxy.protocol.paths import Classified, classify
 from proxy.protocol.usage import Observed
 from proxy.relay.forward import Forwarder, Outbound, send_whole
 from proxy.server import DISCONNECT
@@ -61,10 +62,13 @@ class Relay:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         t0 = time.perf_counter()
         # The path as the client encoded it (decoded, %20 or %0D%0A would reach the request
-        # line), normalised once: it is what is checked, metered and forwarded.
+        # line), normalised once: it is what is checked, metered and forwarded. A spelling of a
+        # path llmmeter reads (`/v1/Chat/Completions/`, `chat%2Fcompletions;x`) is forwarded in its
+        # normal form, so the upstream serves what is metered; an ambiguous one is refused.
         path = relay_path(scope.get("raw_path") or scope["path"].encode(), scope["path"])
         method: str = scope["method"]
-        endpoint = "other" if path is None else ENDPOINT_PATHS.get(path, "other")
+        seen = None if path is None else classify(path)
+        path, endpoint = (seen.path, seen.endpoint) if isinstance(seen, Classified) else (None, "other")
         if method != "POST" and endpoint in METERED:
             endpoint = "other"
         anthropic = (path or "").startswith("/v1/messages")  # /v1/messages/count_tokens too
