@@ -28,6 +28,7 @@ from proxy.metering.estimate.estimator import Estimator
 from proxy.metering.meter import Meter
 from proxy.metrics.metrics import Metrics
 from proxy.relay.handler import Receive, Relay, Scope, Send
+from proxy.relay.provenance import BatchFiles
 from proxy.server.protocol import ServerLimits
 from proxy.settings import Settings
 from proxy.startup import startup_lines
@@ -77,7 +78,8 @@ class LLMMeter:
         meter = Meter(parts.book, self.estimator, s.workloads, self.group, parts.metrics,
                       frozenset(u.name for u in s.upstreams if u.hidden_output == "from_total"))
         self.relay = Relay(s, Router(s.upstreams), self.upstreams, meter, parts.metrics,
-                           pending=lambda: parts.ledger.pending, budgets=parts.budgets)
+                           pending=lambda: parts.ledger.pending, budgets=parts.budgets,
+                           files=BatchFiles(parts.ledger.store))
         self.admin = _admin_app(parts)
         # What the serving protocol (proxy/server/protocol.py) takes from the app it serves.
         self.server_limits = ServerLimits.from_settings(s)

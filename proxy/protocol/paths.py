@@ -27,6 +27,7 @@ _MAX_DECODES = 4  # %25 nested deeper than this is refused if any decoding of it
 _FILE_CONTENT = re.compile(r"^/v1/files/([^/]+)/content$", re.IGNORECASE)
 _RESULTS = re.compile(r"^/v1/messages/batches/([^/]+)/results$", re.IGNORECASE)
 _BATCH_OBJECTS = re.compile(r"^/v1/messages/batches(?:/([^/]+)(/cancel)?)?$", re.IGNORECASE)
+_OPENAI_BATCHES = re.compile(r"^/v1/batches(?:/([^/]+)(/cancel)?)?$", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,9 +62,10 @@ def _known(normal: str) -> Classified | None:
         return Classified(f"/v1/files/{_encoded(m.group(1))}/content", "other")
     if m := _RESULTS.match(normal):
         return Classified(f"/v1/messages/batches/{_encoded(m.group(1))}/results", "other")
-    if m := _BATCH_OBJECTS.match(normal):
-        return Classified("/v1/messages/batches" + (f"/{_encoded(m.group(1))}" if m.group(1) else "")
-                          + ("/cancel" if m.group(2) else ""), "other")
+    for pattern, prefix in ((_BATCH_OBJECTS, "/v1/messages/batches"), (_OPENAI_BATCHES, "/v1/batches")):
+        if m := pattern.match(normal):
+            return Classified(prefix + (f"/{_encoded(m.group(1))}" if m.group(1) else "")
+                              + ("/cancel" if m.group(2) else ""), "other")
     return None
 
 

@@ -23,11 +23,12 @@ from proxy.budget.engine import BUDGET_EXCEEDED, Budgets, Rejection
 from proxy.errors import error_body
 from proxy.metering.meter import Exchange, Meter, bounded, clean_tag
 from proxy.metrics.metrics import Metrics
-from proxy.protocol.batch import batch_download, names_results_url
+from proxy.protocol.batch import batch_download, names_output_files, names_results_url
 from proxy.protocol.names import CHAT_STYLE, METERED
 from proxy.protocol.paths import Classified, classify
 from proxy.protocol.usage import Observed
 from proxy.relay.forward import Forwarder, Outbound, send_whole
+from proxy.relay.provenance import BatchFiles
 from proxy.server import DISCONNECT
 from proxy.settings import Settings, Upstream
 from proxy.upstream.client import Upstreams
@@ -45,8 +46,11 @@ class _TooLarge(Exception):
 
 class Relay:
     def __init__(self, settings: Settings, router: Router, upstreams: Upstreams, meter: Meter,
-                 metrics: Metrics, pending: Callable[[], int] | None = None, budgets: Budgets | None = None) -> None:
+                 metrics: Metrics, pending: Callable[[], int] | None = None, budgets: Budgets | None = None,
+                 files: BatchFiles | None = None) -> None:
         self.settings, self.router, self.upstreams = settings, router, upstreams
+        # Which files are batch output (None: no ledger to ask, only the upstream's file objects).
+        self.files = files if files is not None else BatchFiles(None)
         # Enforced budgets gate metered requests before they are forwarded (None: none is enforced).
         self.budgets = budgets if budgets is not None and budgets.enforced else None
         self.meter, self.metrics = meter, metrics
@@ -135,17 +139,22 @@ class Relay:
         if ex.stream and endpoint in CHAT_STYLE and up.inject_include_usage:
             body, drop_usage_only = _inject_include_usage(ex.request, body)
 
-        # Batch results are metered line by line; a batch object's results_url is made to name llmmeter.
+        # Batch results are metered line by line; a batch object's results_url is made to name llmmeter,
+        # and the output files an OpenAI batch object names are kept (proxy/relay/provenance.py).
         download = batch_download(method, path)
         public_url = self.settings.public_url if self.settings.public_url and names_results_url(path) else None
-        read = endpoint in METERED or download is not None or public_url is not None
+        output_files = names_output_files(path)
+        read = endpoint in METERED or download is not None or public_url is not None or output_files
         out_headers = request_headers(headers, up, metered=read, anthropic=anthropic,
                                       strip_client_auth=bool(self.keys))
         if download is not None:  # a part of a result file is no lines to meter: the whole file, always
             out_headers = [(k, v) for k, v in out_headers if k.lower() not in ("range", "if-range")]
+            # Only a batch's own output is read as results: a tenant's upload is relayed unread.
+            download = await self.files.checked(download, up.name, self.upstreams[up.name],
+                                                target_url(up, f"/v1/files/{download.source_id}", b""), out_headers)
         url = target_url(up, path, scope.get("query_string", b""))
         out = Outbound(self.upstreams[up.name], method, url, out_headers, body, drop_usage_only, anthropic,
-                       download, public_url)
+                       download, public_url, self.files if output_files else None)
         await self._forward(ex, out, scope, receive, send)
 
     async def _forward(self, ex: Exchange, out: Outbound, scope: Scope, receive: Receive, send: Send) -> None:
