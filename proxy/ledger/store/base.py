@@ -21,7 +21,8 @@ from typing import Any, ClassVar, Protocol
 
 from proxy.ledger.migrations import load, unknown
 from proxy.ledger.record import Record
-from proxy.ledger.store import batch_files
+from proxy.ledger.store.batch_files import note as note_files
+from proxy.ledger.store.batch_files import owner_sql
 from proxy.ledger.store.errors import LedgerOutdated, LedgerTooNew, StoreUnavailable
 from proxy.ledger.store.percentiles import input_side_percentiles, locate
 from proxy.ledger.store.repricing import Repricing, candidates_sql
@@ -213,11 +214,11 @@ class SqlStore(ABC):
         if self.read_only:
             raise StoreUnavailable(f"{self.shown}: opened read-only")
         with self.budget_locked(None) as session:  # one short transaction, no budget's lock
-            batch_files.note(session, self.mark, upstream, tenant, batch_id, file_ids, at_us)
+            note_files(session, self.mark, upstream, tenant, batch_id, file_ids, at_us)
 
     def batch_file_owner(self, upstream: str, file_id: str) -> str | None:
         """The tenant whose batch named `file_id` as its output through llmmeter, or None."""
-        rows = self._read(batch_files.owner_sql(self.mark), (upstream, file_id))
+        rows = self._read(owner_sql(self.mark), (upstream, file_id))
         owner = rows[0]["tenant"] if rows else None
         return owner if isinstance(owner, str) else None
 
