@@ -29,6 +29,7 @@ from proxy.metering.meter import Meter
 from proxy.metering.refusals import Refusals
 from proxy.metrics.metrics import Metrics
 from proxy.relay.handler import Receive, Relay, Scope, Send
+from proxy.relay.provenance import BatchFiles
 from proxy.server.protocol import ServerLimits
 from proxy.settings import Settings
 from proxy.startup import startup_lines
@@ -79,7 +80,8 @@ class LLMMeter:
                       frozenset(u.name for u in s.upstreams if u.hidden_output == "from_total"))
         self.refusals = Refusals(self.group, parts.metrics)
         self.relay = Relay(s, Router(s.upstreams), self.upstreams, meter, parts.metrics,
-                           pending=lambda: parts.ledger.pending, budgets=parts.budgets, refusals=self.refusals)
+                           pending=lambda: parts.ledger.pending, budgets=parts.budgets, refusals=self.refusals,
+                           files=BatchFiles(parts.ledger.store))
         self.admin = _admin_app(parts)
         # What the serving protocol (proxy/server/protocol.py) takes from the app it serves.
         self.server_limits = ServerLimits.from_settings(s)

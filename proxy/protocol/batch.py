@@ -27,6 +27,8 @@ _FILE_CONTENT = re.compile(r"^/v1/files/([^/]+)/content/?$")
 _RESULTS = re.compile(r"^/v1/messages/batches/([^/]+)/results/?$")
 # Paths whose JSON answer is a message-batch object (or a list of them) naming a results_url.
 _BATCH_OBJECTS = re.compile(r"^/v1/messages/batches(/[^/]+(/cancel)?)?$")
+# Paths whose JSON answer is an OpenAI batch object (or a page of them) naming its output files.
+_OPENAI_BATCHES = re.compile(r"^/v1/batches(/[^/]+(/cancel)?)?$")
 # The body's `object` -> the usage reader that fits it; without one, the usage's own shape decides.
 _OBJECTS = {"chat.completion": "chat", "text_completion": "completions", "response": "responses", "list": "embeddings"}
 
@@ -37,6 +39,9 @@ class Download:
 
     kind: str  # OPENAI | ANTHROPIC
     source_id: str
+    # The tenant whose batch produced the file, when llmmeter saw it: its records are that
+    # tenant's, whoever downloads them (None: the downloader's).
+    owner: str | None = None
 
 
 def batch_download(method: str, path: str) -> Download | None:
@@ -52,6 +57,43 @@ def batch_download(method: str, path: str) -> Download | None:
 def names_results_url(path: str) -> bool:
     """A message-batch path whose answer may name a results_url on the provider's host."""
     return _BATCH_OBJECTS.match(path) is not None
+
+
+def names_output_files(path: str) -> bool:
+    """An OpenAI batch path whose answer names the batch's output_file_id / error_file_id."""
+    return _OPENAI_BATCHES.match(path) is not None
+
+
+def output_files(body: bytes) -> list[tuple[str, str]]:
+    """(batch id, file id) for each output_file_id and error_file_id an OpenAI batch object
+    (or a page of them) names; [] for anything else."""
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return []
+    if not isinstance(obj, dict):
+        return []
+    data = obj.get("data")
+    items = [d for d in data if isinstance(d, dict)] if isinstance(data, list) else [obj]
+    out = []
+    for item in items:
+        batch_id = item.get("id")
+        if item.get("object") != "batch" or not isinstance(batch_id, str):
+            continue
+        for key in ("output_file_id", "error_file_id"):
+            file_id = item.get(key)
+            if isinstance(file_id, str) and 0 < len(file_id) <= 256:
+                out.append((batch_id, file_id))
+    return out
+
+
+def is_batch_output(file_object: bytes) -> bool:
+    """Whether the upstream's file object (`GET /v1/files/{id}`) says the provider wrote it for a batch."""
+    try:
+        obj = orjson.loads(file_object)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(obj, dict) and obj.get("purpose") == "batch_output"
 
 
 @dataclass(frozen=True, slots=True)

@@ -199,10 +199,13 @@ class BatchMeter:
         index = self.results
         self.results += 1
         start, flags = self._start(result.created)
-        line = Exchange(start=start, t0=ex.t0, endpoint=BATCH, tenant=ex.tenant,
+        # A batch seen through llmmeter bills the tenant whose batch it was, whoever downloads it.
+        owner = self.download.owner or ex.tenant
+        line = Exchange(start=start, t0=ex.t0, endpoint=BATCH, tenant=owner,
                         id=record_id(ex.upstream, self.download.source_id, result.custom_id),
                         upstream=ex.upstream, self_hosted=ex.self_hosted,
-                        tag=ex.tag, code=result.code, outcome="ok" if result.code < 400 else "upstream_http_error",
+                        tag=ex.tag if owner == ex.tenant else None, code=result.code,
+                        outcome="ok" if result.code < 400 else "upstream_http_error",
                         upstream_request_id=result.custom_id)
         self._meter.record_batch(line, result.observed, flags, observe=index >= self._counted.get(self._key))
         self.recorded += 1

@@ -24,6 +24,7 @@ from proxy.protocol.tap import StreamTap
 from proxy.protocol.usage import Observed, read_body
 from proxy.relay.batch import MAX_HELD, BatchMeter, Counted, Pace, named_here
 from proxy.relay.decode import Decoder, decoder_for
+from proxy.relay.provenance import BatchFiles
 from proxy.upstream.client import Response, UpstreamClient
 from proxy.upstream.routing import response_headers
 
@@ -46,6 +47,7 @@ class Outbound:
     anthropic: bool  # errors in Anthropic's shape
     download: Download | None = None  # batch results: each line metered on the way (SPEC "Batch jobs")
     public_url: str | None = None  # set: a results_url in the (batch object) answer is made to name llmmeter
+    batch_files: BatchFiles | None = None  # set: the output files an OpenAI batch object names are kept
 
 
 class Forwarder:
@@ -161,6 +163,10 @@ class _Stream:
         self.batch = BatchMeter(fwd.meter, ex, out.download, fwd.max_decompressed, fwd.counted, encoding) \
             if out.download is not None and ok else None
         self.public_url = out.public_url if ok and resp.content_type == "application/json" else None
+        # A batch object is kept whole (it is small) beside the relay, its output files noted at its end.
+        self.files = out.batch_files if ok and resp.content_type == "application/json" \
+            and encoding in ("", "identity") else None
+        self.batch_object = bytearray()
         self.held = False  # the answer is being held whole, nothing of it sent yet
 
     async def relay(self) -> None:
@@ -185,6 +191,8 @@ class _Stream:
         async for chunk in resp:
             t_mark = time.perf_counter()
             out = self._take(chunk)
+            if self.files is not None:
+                self._keep(chunk)
             if self.tap is not None and ex.ttft_s is None and self.tap.content_started:
                 ex.ttft_s = t_mark - ex.t0
             if resp.at_end:
@@ -202,8 +210,17 @@ class _Stream:
             last += self.tap.finish()
         if not self.recorded:
             await self._record(ended=True)
+        if self.files is not None and resp.at_end:  # noted before the client can ask for the file
+            await self.files.note(ex.upstream, ex.tenant, bytes(self.batch_object))
         ex.overhead_s += time.perf_counter() - t_mark
         await send({"type": "http.response.body", "body": last, "more_body": False})
+
+    def _keep(self, chunk: bytes) -> None:
+        if len(self.batch_object) + len(chunk) > MAX_HELD:  # no batch object: nothing to note
+            self.files = None
+            self.batch_object = bytearray()
+            return
+        self.batch_object += chunk
 
     async def _hold(self, public_url: str) -> bytes | None:
         """A message-batch object, held whole (it is small) so that its results_url can name

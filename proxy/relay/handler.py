@@ -24,10 +24,12 @@ from proxy.errors import error_body
 from proxy.metering.meter import Exchange, Meter, bounded, clean_tag
 from proxy.metering.refusals import Refusals
 from proxy.metrics.metrics import Metrics
-from proxy.protocol.batch import batch_download, names_results_url
-from proxy.protocol.names import CHAT_STYLE, ENDPOINT_PATHS, METERED, MISSING_KEY, UNKNOWN_KEY
+from proxy.protocol.batch import batch_download, names_output_files, names_results_url
+from proxy.protocol.names import CHAT_STYLE, METERED, MISSING_KEY, UNKNOWN_KEY
+from proxy.protocol.paths import Classified, classify
 from proxy.protocol.usage import Observed
 from proxy.relay.forward import Forwarder, Outbound, send_whole
+from proxy.relay.provenance import BatchFiles
 from proxy.server import DISCONNECT
 from proxy.settings import Settings, Upstream
 from proxy.upstream.client import Upstreams
@@ -46,10 +48,12 @@ class _TooLarge(Exception):
 class Relay:
     def __init__(self, settings: Settings, router: Router, upstreams: Upstreams, meter: Meter,
                  metrics: Metrics, pending: Callable[[], int] | None = None, budgets: Budgets | None = None,
-                 refusals: Refusals | None = None) -> None:
+                 refusals: Refusals | None = None, files: BatchFiles | None = None) -> None:
         self.settings, self.router, self.upstreams = settings, router, upstreams
         # Refusals before a key is known: one ledger record per minute and reason, not per request.
         self.refusals = refusals if refusals is not None else Refusals(meter.journal, metrics)
+        # Which files are batch output (None: no ledger to ask, only the upstream's file objects).
+        self.files = files if files is not None else BatchFiles(None)
         # Enforced budgets gate metered requests before they are forwarded (None: none is enforced).
         self.budgets = budgets if budgets is not None and budgets.enforced else None
         self.meter, self.metrics = meter, metrics
@@ -65,10 +69,13 @@ class Relay:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         t0 = time.perf_counter()
         # The path as the client encoded it (decoded, %20 or %0D%0A would reach the request
-        # line), normalised once: it is what is checked, metered and forwarded.
+        # line), normalised once: it is what is checked, metered and forwarded. A spelling of a
+        # path llmmeter reads (`/v1/Chat/Completions/`, `chat%2Fcompletions;x`) is forwarded in its
+        # normal form, so the upstream serves what is metered; an ambiguous one is refused.
         path = relay_path(scope.get("raw_path") or scope["path"].encode(), scope["path"])
         method: str = scope["method"]
-        endpoint = "other" if path is None else ENDPOINT_PATHS.get(path, "other")
+        seen = None if path is None else classify(path)
+        path, endpoint = (seen.path, seen.endpoint) if isinstance(seen, Classified) else (None, "other")
         if method != "POST" and endpoint in METERED:
             endpoint = "other"
         anthropic = (path or "").startswith("/v1/messages")  # /v1/messages/count_tokens too
@@ -133,17 +140,22 @@ class Relay:
         if ex.stream and endpoint in CHAT_STYLE and up.inject_include_usage:
             body, drop_usage_only = _inject_include_usage(ex.request, body)
 
-        # Batch results are metered line by line; a batch object's results_url is made to name llmmeter.
+        # Batch results are metered line by line; a batch object's results_url is made to name llmmeter,
+        # and the output files an OpenAI batch object names are kept (proxy/relay/provenance.py).
         download = batch_download(method, path)
         public_url = self.settings.public_url if self.settings.public_url and names_results_url(path) else None
-        read = endpoint in METERED or download is not None or public_url is not None
+        output_files = names_output_files(path)
+        read = endpoint in METERED or download is not None or public_url is not None or output_files
         out_headers = request_headers(headers, up, metered=read, anthropic=anthropic,
                                       strip_client_auth=bool(self.keys))
         if download is not None:  # a part of a result file is no lines to meter: the whole file, always
             out_headers = [(k, v) for k, v in out_headers if k.lower() not in ("range", "if-range")]
+            # Only a batch's own output is read as results: a tenant's upload is relayed unread.
+            download = await self.files.checked(download, up.name, self.upstreams[up.name],
+                                                target_url(up, f"/v1/files/{download.source_id}", b""), out_headers)
         url = target_url(up, path, scope.get("query_string", b""))
         out = Outbound(self.upstreams[up.name], method, url, out_headers, body, drop_usage_only, anthropic,
-                       download, public_url)
+                       download, public_url, self.files if output_files else None)
         await self._forward(ex, out, scope, receive, send)
 
     async def _forward(self, ex: Exchange, out: Outbound, scope: Scope, receive: Receive, send: Send) -> None:

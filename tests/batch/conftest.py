@@ -54,18 +54,19 @@ def batch_upstream() -> Iterator[BatchUpstream]:
 
 @pytest.fixture
 def meter_for(tmp_path: Path, prices_dir: Path) -> Iterator[Callable[..., Served]]:
-    """meter_for(upstream_url, public=True, server="") -> a started llmmeter whose one upstream
-    is named "openai"; with `public`, server.public_url is its own address."""
+    """meter_for(upstream_url, public=True, server="", extra="") -> a started llmmeter whose one upstream
+    is named "openai"; with `public`, server.public_url is its own address; `extra` is more TOML."""
     (prices_dir / "batch-test.toml").write_text(BATCH_PRICES)
     started: list[Served] = []
 
-    def start(upstream_url: str, public: bool = True, server: str = "", **kw: Any) -> Served:
+    def start(upstream_url: str, public: bool = True, server: str = "", extra: str = "", **kw: Any) -> Served:
         workdir = tmp_path / f"llmmeter{len(started)}"
         workdir.mkdir()
         s = Served(workdir, config="", args=("--prices", str(prices_dir)), **kw)
         public_url = f'public_url = "{s.url}"\n' if public else ""
         (workdir / "llmmeter.toml").write_text(
-            f'[server]\n{public_url}{server}\n[[upstream]]\nname = "openai"\nbase_url = "{upstream_url}/v1"\n')
+            f'[server]\n{public_url}{server}\n[[upstream]]\nname = "openai"\nbase_url = "{upstream_url}/v1"\n\n'
+            + extra)
         started.append(s)
         return s.start()
 

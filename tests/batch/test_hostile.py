@@ -34,6 +34,18 @@ def download(proxy: Served) -> dict[str, Any]:
     return row
 
 
+def vouched(script: Callable[[Request, Conn], bool]) -> Callable[[Request, Conn], bool]:
+    """`script` for the file's content; its file object says batch_output, so the content is read as results."""
+    def answer(req: Request, conn: Conn) -> bool:
+        if req.path.startswith("/v1/files/") and not req.path.endswith("/content"):
+            body = b'{"id": "%s", "object": "file", "purpose": "batch_output"}' % req.path.rsplit("/", 1)[1].encode()
+            conn.send(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+                      % (len(body), body))
+            return True
+        return script(req, conn)
+    return answer
+
+
 def chunked(pieces: list[bytes], keep: bool = False, end: bool = True) -> Callable[[Request, Conn], bool]:
     def script(req: Request, conn: Conn) -> bool:
         conn.send(HEAD + b"transfer-encoding: chunked\r\n\r\n")
@@ -61,7 +73,7 @@ def test_a_truncated_last_line_is_not_metered(meter_for: Any) -> None:
         conn.send(HEAD + b"content-length: %d\r\n\r\n" % len(body) + body[:-25])
         return False
 
-    with Rogue(script) as rogue:
+    with Rogue(vouched(script)) as rogue:
         proxy = meter_for(rogue.url)
         got = bytearray()
         try:
@@ -82,7 +94,7 @@ def test_a_cut_line_at_a_clean_end_is_a_fault_not_a_record(meter_for: Any) -> No
         conn.send(HEAD + b"connection: close\r\n\r\n" + body)
         return False
 
-    with Rogue(script) as rogue:
+    with Rogue(vouched(script)) as rogue:
         proxy = meter_for(rogue.url)
         r = httpx.get(proxy.base_url + "/files/file-c/content")
         assert r.content == body
@@ -94,7 +106,7 @@ def test_lines_that_are_not_json_are_counted_and_skipped(meter_for: Any) -> None
     lines = good(4)
     pieces = [lines[0] + b"\n", b"{\"custom_id\": \"x\", \"response\": {\"body\": {\"usage\": \n",
               lines[1] + b"\n\x00\xff\xfe garbage\n", b"[]\n" + lines[2] + b"\r\n", lines[3]]
-    with Rogue(chunked(pieces)) as rogue:
+    with Rogue(vouched(chunked(pieces))) as rogue:
         proxy = meter_for(rogue.url)
         r = httpx.get(proxy.base_url + "/files/file-m/content")
         assert r.content == b"".join(pieces)
@@ -114,7 +126,7 @@ def test_an_endless_line_is_skipped_in_bounded_memory(meter_for: Any) -> None:
         conn.send(b"0\r\n\r\n")
         return False
 
-    with Rogue(script) as rogue:
+    with Rogue(vouched(script)) as rogue:
         proxy = meter_for(rogue.url, server="max_decompressed_mb = 2")
         assert proxy.proc is not None
         peak_before = vm(proxy.proc.pid, "VmHWM")
@@ -148,7 +160,7 @@ def test_a_client_that_leaves_mid_download_keeps_what_it_got_and_the_rest_comes_
             pass
         return True
 
-    with Rogue(script) as rogue:
+    with Rogue(vouched(script)) as rogue:
         proxy = meter_for(rogue.url)
         seen = 0
         with httpx.stream("GET", proxy.base_url + "/files/file-d/content") as r:

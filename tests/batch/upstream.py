@@ -1,6 +1,9 @@
 """A real HTTP upstream serving batch jobs as OpenAI and Anthropic do, for the batch tests.
 
-OpenAI: GET /v1/batches/{id} (a batch naming its output_file_id), GET /v1/files/{id}/content.
+OpenAI: POST /v1/batches, GET /v1/batches/{id} (a batch naming its output_file_id), POST /v1/files
+(a multipart upload), GET /v1/files/{id} (the file object: `purpose` as uploaded, `batch_output`
+for a file a test put in `files` itself, unless `purposes` says otherwise) and
+GET /v1/files/{id}/content.
 Anthropic: GET/POST /v1/messages/batches, GET /v1/messages/batches/{id} (naming its results_url
 on this server's own address, as Anthropic names api.anthropic.com), POST …/{id}/cancel,
 GET …/{id}/results. A file or results body is given whole (bytes) or as a function
@@ -9,6 +12,7 @@ returning its chunks, so a large one is made as it is sent.
 
 from __future__ import annotations
 
+import email.parser
 import gzip
 import threading
 import time
@@ -29,6 +33,8 @@ class BatchUpstream:
     def __init__(self) -> None:
         self.files: dict[str, Body] = {}
         self.results: dict[str, Body] = {}
+        self.purposes: dict[str, str] = {}  # file id -> purpose; a file in `files` without one: batch_output
+        self.file_objects = True  # False: GET /v1/files/{id} is 404, as on servers without file objects
         self.gzip = False  # compress file content although identity was asked for
         self.requests: list[dict[str, Any]] = []
         self.port = 0
@@ -69,14 +75,29 @@ class BatchUpstream:
     async def app(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
-        while (await receive()).get("more_body"):
-            pass
+        body = bytearray()
+        while True:
+            msg = await receive()
+            body += msg.get("body", b"")
+            if not msg.get("more_body"):
+                break
         method, path = scope["method"], scope["path"]
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         self.requests.append({"method": method, "path": path, "headers": headers})
         parts = path.strip("/").split("/")
         if parts[:2] == ["v1", "files"] and len(parts) == 4 and parts[3] == "content" and parts[2] in self.files:
             return await self.stream(send, self.files[parts[2]], b"application/octet-stream")
+        if parts == ["v1", "files"] and method == "POST":
+            return await self.json(send, self.upload(headers.get("content-type", ""), bytes(body)))
+        if parts[:2] == ["v1", "files"] and len(parts) == 3 and parts[2] in self.files and self.file_objects:
+            return await self.json(send, self.file_object(parts[2]))
+        if parts == ["v1", "batches"] and method == "POST":
+            request = orjson.loads(body)
+            return await self.json(send, {
+                "id": "batch_new", "object": "batch", "endpoint": request["endpoint"], "errors": None,
+                "input_file_id": request["input_file_id"], "completion_window": "24h", "status": "validating",
+                "output_file_id": None, "error_file_id": None, "created_at": 1780000000,
+                "request_counts": {"total": 0, "completed": 0, "failed": 0}, "metadata": None})
         if parts[:2] == ["v1", "batches"] and len(parts) == 3:
             return await self.json(send, {
                 "id": parts[2], "object": "batch", "endpoint": "/v1/chat/completions", "errors": None,
@@ -96,6 +117,23 @@ class BatchUpstream:
             if len(parts) == 5 and parts[4] == "results" and parts[3] in self.results:
                 return await self.stream(send, self.results[parts[3]], b"application/binary")
         await self.json(send, {"error": {"message": f"no {method} {path}"}}, 404)
+
+    def upload(self, content_type: str, body: bytes) -> dict[str, Any]:
+        """A multipart upload (`file`, `purpose`), kept as a file of its own."""
+        message = email.parser.BytesParser().parsebytes(b"content-type: " + content_type.encode() + b"\r\n\r\n" + body)
+        fields = {}
+        for part in message.get_payload():
+            fields[part.get_param("name", header="content-disposition")] = part.get_payload(decode=True)
+        file_id = f"file-upload{len(self.files)}"
+        self.files[file_id] = fields["file"]
+        self.purposes[file_id] = fields["purpose"].decode()
+        return self.file_object(file_id)
+
+    def file_object(self, file_id: str) -> dict[str, Any]:
+        content = self.files[file_id]
+        return {"id": file_id, "object": "file", "bytes": len(content) if isinstance(content, bytes) else 0,
+                "created_at": 1780000000, "filename": file_id + ".jsonl",
+                "purpose": self.purposes.get(file_id, "batch_output"), "status": "processed"}
 
     async def json(self, send: Send, obj: Any, status: int = 200) -> None:
         body = orjson.dumps(obj)
