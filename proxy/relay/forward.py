@@ -29,6 +29,9 @@ from proxy.upstream.routing import response_headers
 
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 MAX_METERED_BODY = 64 * 1024 * 1024  # non-streamed bodies kept (in memory) for reading usage
+# Answers that never carry a body (RFC 9110 6.4.1); what their Content-Length announces is
+# not sent, and the ASGI server would take the missing bytes for a short body.
+BODILESS = frozenset({204, 304})
 
 log = logging.getLogger("llmmeter.relay")
 
@@ -171,9 +174,10 @@ class _Stream:
             if held is None:  # rewritten and sent
                 return
         t_mark = time.perf_counter()
-        await send({"type": "http.response.start", "status": resp.status,
-                    "headers": response_headers(resp.raw_headers, body_edited=self.edit,
-                                                decoded=self.decoded_out)})
+        headers = response_headers(resp.raw_headers, body_edited=self.edit, decoded=self.decoded_out)
+        if resp.status in BODILESS:  # RFC 9110 8.6: a 304 may leave it out, a 204 must
+            headers = [(k, v) for k, v in headers if k != b"content-length"]
+        await send({"type": "http.response.start", "status": resp.status, "headers": headers})
         ex.overhead_s += time.perf_counter() - t_mark
         last = b""
         if held is not None:  # held for a rewrite that did not happen: it goes on as it came

@@ -355,3 +355,47 @@ def test_a_gzip_stream_whose_usage_comes_before_its_end_is_read_not_called_corru
     [row] = proxy.rows(expect=1)
     assert (row["input_tokens"], row["output_tokens"], row["usage_source"]) == (11, 7, "upstream")
     assert "decode_corrupt" not in (row["flags"] or "")
+
+
+# --- answers without a body: 204, 304 and HEAD ---------------------------------------------
+
+def _two_on_one_connection(port: int, first: bytes) -> tuple[bytes, bytes]:
+    """The head of a bodiless answer to `first`, then all that answers a second request sent
+    on the same connection (b"" when the proxy closed it instead)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(first)
+        head = b""
+        while b"\r\n\r\n" not in head and (chunk := s.recv(65536)):
+            head += chunk
+        try:
+            s.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            rest = b""
+            while chunk := s.recv(65536):
+                rest += chunk
+        except (BrokenPipeError, ConnectionResetError):
+            rest = b""
+        return head, rest
+
+
+@pytest.mark.parametrize(("status", "method"), [(304, "GET"), (204, "GET"), (200, "HEAD")])
+def test_an_answer_without_a_body_keeps_its_content_length_promise(rogue: Rogue, serve: Any, status: int,
+                                                                   method: str) -> None:
+    """A 304 or 204 carries no body whatever its Content-Length says (RFC 9110 8.6), nor does an
+    answer to HEAD: relayed without a traceback, and the client's connection stays usable."""
+    def bodiless_then_ok(req: Request, conn: Conn) -> bool:
+        if req.path == "/v1/models" and req.method == method and req.index == 1:
+            conn.send(b"HTTP/1.1 %d X\r\ncontent-length: 5\r\netag: \"v1\"\r\n\r\n" % status)
+        else:
+            conn.send(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}")
+        return True
+
+    rogue.script = bodiless_then_ok
+    proxy = serve(config=config(rogue))
+    head, rest = _two_on_one_connection(
+        proxy.port, f"{method} /v1/models HTTP/1.1\r\nHost: x\r\nIf-None-Match: \"v1\"\r\n\r\n".encode())
+    assert head.startswith(b"HTTP/1.1 %d " % status) and b'etag: "v1"' in head.lower()
+    assert head.endswith(b"\r\n\r\n")  # nothing after the head: there is no body
+    assert rest.startswith(b"HTTP/1.1 200 ") and rest.endswith(b"{}")
+    log = proxy.output()
+    assert "Traceback" not in log and "Content-Length" not in log
+    assert [row["code"] for row in proxy.rows(expect=2)] == [status, 200]
