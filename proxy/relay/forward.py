@@ -84,7 +84,7 @@ class Forwarder:
             if stream.held:  # nothing went out yet (a batch object being held): the client gets an error
                 ex.code = 504 if kind == "timeout" else 502
                 await stream.record_partial()
-                await send_whole(send, ex.code, error_body(f"the upstream failed mid-response: {e}",
+                await send_whole(send, ex.code, error_body(f"the upstream failed mid-response ({kind})",
                                                            "api_error" if out.anthropic else "upstream_error",
                                                            outcome, out.anthropic))
                 return
@@ -104,20 +104,28 @@ class Forwarder:
         name = out.client.upstream.name
         try:
             return await out.client.request(out.method, out.url, out.headers, out.body)
+        # The client is told what failed; where (addresses, egress proxy, ca_file) only the log says.
         except PoolTimeout as e:
-            status, outcome, kind, message = 503, "upstream_timeout", "timeout", str(e)
-        except TimeoutError:
+            status, outcome, kind, message = 503, "upstream_timeout", "timeout", \
+                "every connection to the upstream stayed busy (max_connections)"
+            detail = str(e)
+        except TimeoutError as e:
             status, outcome, kind, message = 504, "upstream_timeout", "timeout", "the upstream did not answer in time"
+            detail = str(e) or message
         except Unreachable as e:
             status, outcome, kind, message = 502, "upstream_unreachable", "unreachable", \
-                f"the upstream could not be reached: {e}"
+                f"the upstream could not be reached: {e.what}"
+            detail = str(e)
         except MalformedResponse as e:
             status, outcome, kind, message = 502, "upstream_malformed", "malformed", \
-                f"the upstream's response was not valid HTTP: {e}"
+                "the upstream's response was not valid HTTP"
+            detail = str(e)
         except Broken as e:  # the request was written: it is never sent a second time
-            status, outcome, kind, message = 502, "upstream_reset", "reset", f"the upstream failed: {e}"
+            status, outcome, kind, message = 502, "upstream_reset", "reset", \
+                "the upstream connection failed after the request was sent"
+            detail = str(e)
         self._upstream_error(out, kind)
-        log.warning("upstream %s %s: %s", name, kind, message)
+        log.warning("upstream %s %s: %s", name, kind, detail)
         api_kind = "api_error" if out.anthropic else "upstream_error"
         await send_whole(send, status, error_body(message, api_kind, outcome, out.anthropic))
         ex.code, ex.outcome = status, outcome
