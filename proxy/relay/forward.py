@@ -23,7 +23,7 @@ from proxy.protocol.names import METERED
 from proxy.protocol.tap import StreamTap
 from proxy.protocol.usage import Observed, read_body
 from proxy.relay.batch import MAX_HELD, BatchMeter, Counted, Pace, named_here
-from proxy.relay.decode import Decoder, decoder_for
+from proxy.relay.decode import DECODE_UNSUPPORTED, Decoder, decoder_for
 from proxy.upstream.client import Response, UpstreamClient
 from proxy.upstream.routing import response_headers
 
@@ -158,10 +158,11 @@ class _Stream:
         self.metered = ex.endpoint in METERED
         encoding = (resp.header(b"content-encoding") or "").strip().lower()
         self.decoder: Decoder | None = None
+        self.undecodable = False  # a metered answer in a coding no decoder here reads (br, zstd)
         if self.metered and encoding not in ("", "identity"):
             self.decoder = decoder_for(encoding, fwd.max_decompressed)
-            if self.decoder is None:
-                self.metered = False  # a coding we cannot read: relay untouched, estimate instead
+            if self.decoder is None:  # relayed untouched, its record estimated and flagged
+                self.metered, self.undecodable = False, True
         sse = resp.content_type == "text/event-stream"
         self.tap = StreamTap(ex.endpoint, out.drop_usage_only) if self.metered and sse else None
         # An edited stream must be relayed decoded: the usage chunk cannot be cut out of gzip.
@@ -282,6 +283,9 @@ class _Stream:
                     return
             await self.fwd.finish(ex, tap.observed(), tap.completion_text)
             return
+        if self.undecodable:
+            await self.fwd.finish(ex, Observed(faults=(DECODE_UNSUPPORTED,)), str)
+            return
         if not self.metered:
             if self.batch is not None and ended:
                 self.batch.finish()
@@ -305,7 +309,10 @@ class _Stream:
             return
         self.recorded = True
         tap = self.tap
-        observed = tap.observed() if tap is not None else self._download_observed()
+        if self.undecodable:
+            observed = Observed(faults=(DECODE_UNSUPPORTED,))
+        else:
+            observed = tap.observed() if tap is not None else self._download_observed()
         await self.fwd.finish(self.ex, observed, tap.completion_text if tap is not None else str)
 
     def _download_observed(self) -> Observed:

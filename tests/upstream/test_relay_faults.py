@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.fake_upstream import brotli_stored
 from tests.faults.helpers import wait_until
 from tests.upstream.rogue import Conn, Request, Rogue, answer, raw
 
@@ -399,3 +400,34 @@ def test_an_answer_without_a_body_keeps_its_content_length_promise(rogue: Rogue,
     log = proxy.output()
     assert "Traceback" not in log and "Content-Length" not in log
     assert [row["code"] for row in proxy.rows(expect=2)] == [status, 200]
+
+
+# --- a content coding llmmeter cannot decode -------------------------------------------------
+
+def test_a_brotli_answer_is_relayed_untouched_and_estimated(rogue: Rogue, serve: Any) -> None:
+    """No brotli decoder is among the locked dependencies: the answer goes on as it came, and
+    the record is estimated and says why, not 0 tokens from the upstream."""
+    plain = brotli_stored(REPLY)
+    frames = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in [
+        {"id": "c1", "object": "chat.completion.chunk", "model": "kimi-k3.1-pro",
+         "choices": [{"index": 0, "delta": {"content": "yo"}, "finish_reason": None}]},
+        {"id": "c1", "object": "chat.completion.chunk", "model": "kimi-k3.1-pro", "choices": [], "usage": USAGE},
+    ]) + b"data: [DONE]\n\n"
+    streamed = brotli_stored(frames)
+    answers = iter([
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: br\r\n"
+        b"content-length: %d\r\n\r\n" % len(plain) + plain,
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-encoding: br\r\n"
+        b"transfer-encoding: chunked\r\n\r\n%x\r\n" % len(streamed) + streamed + b"\r\n0\r\n\r\n",
+    ])
+    rogue.script = lambda req, conn: raw(next(answers), keep=True)(req, conn)
+    proxy = serve(config=config(rogue))
+    for body, sent in ((CHAT, plain), ({**CHAT, "stream": True}, streamed)):
+        with httpx.stream("POST", proxy.base_url + "/chat/completions", json=body, timeout=20) as r:
+            assert r.status_code == 200 and r.headers["content-encoding"] == "br"
+            assert b"".join(r.iter_raw()) == sent  # relayed as it came
+    rows = proxy.rows(expect=2)
+    assert [(row["usage_source"], "decode_unsupported" in row["flags"], row["input_tokens"] > 0)
+            for row in rows] == [("estimated", True, True)] * 2
+    assert not any("no_usage" in row["flags"] for row in rows)
+    assert proxy.metric("llmmeter_metering_faults_total", kind="decode_unsupported") == 2
