@@ -30,7 +30,7 @@ from proxy.metrics.metrics import Metrics
 from proxy.relay.handler import Receive, Relay, Scope, Send
 from proxy.server.protocol import ServerLimits
 from proxy.settings import Settings
-from proxy.startup import startup_lines
+from proxy.startup import startup_lines, startup_warnings
 from proxy.upstream.client import Upstreams
 from proxy.upstream.routing import Router
 
@@ -107,6 +107,8 @@ class LLMMeter:
                         self.parts.budgets.start(loop)
                     for line in startup_lines(self.parts.settings, self.parts.book, self.parts.ledger.journal_dir):
                         log.info("%s", line)
+                    for line in startup_warnings(self.parts.settings):
+                        log.warning("%s", line)
                 except Exception as e:
                     await send({"type": "lifespan.startup.failed", "message": str(e)})
                     return

@@ -132,8 +132,10 @@ class Relay:
             body, drop_usage_only = _inject_include_usage(ex.request, body)
 
         # Batch results are metered line by line; a batch object's results_url is made to name llmmeter.
+        # Without public_url it becomes a bare path ("" + /v1/...): an SDK that followed the provider's
+        # URL would carry the tenant's proxy key to the provider's host, unmetered.
         download = batch_download(method, path)
-        public_url = self.settings.public_url if self.settings.public_url and names_results_url(path) else None
+        public_url = (self.settings.public_url or "") if names_results_url(path) else None
         read = endpoint in METERED or download is not None or public_url is not None
         out_headers = request_headers(headers, up, metered=read, anthropic=anthropic,
                                       strip_client_auth=bool(self.keys))
