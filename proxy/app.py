@@ -71,7 +71,8 @@ class LLMMeter:
         self.parts = parts
         waiting = parts.metrics.pool_waiting
         self.upstreams = Upstreams(s.upstreams, s.connect_timeout_s, s.read_timeout_s,
-                                   on_waiting=lambda name, delta: waiting.labels(name).inc(delta))
+                                   on_waiting=lambda name, delta: waiting.labels(name).inc(delta),
+                                   tenant_share=s.tenant_share)
         self.estimator = Estimator(s.estimate.encoding, s.estimate.per_model, engine=s.estimate.engine)
         self.group = GroupCommit(parts.ledger.append_many)
         meter = Meter(parts.book, self.estimator, s.workloads, self.group, parts.metrics,

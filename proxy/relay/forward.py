@@ -103,7 +103,7 @@ class Forwarder:
         ex.overhead_s += time.perf_counter() - ex.t0
         name = out.client.upstream.name
         try:
-            return await out.client.request(out.method, out.url, out.headers, out.body)
+            return await out.client.request(out.method, out.url, out.headers, out.body, ex.tenant)
         # The client is told what failed; where (addresses, egress proxy, ca_file) only the log says.
         except PoolTimeout as e:
             status, outcome, kind, message = 503, "upstream_timeout", "timeout", \
