@@ -32,7 +32,7 @@ from proxy.relay.handler import Receive, Relay, Scope, Send
 from proxy.relay.provenance import BatchFiles
 from proxy.server.protocol import ServerLimits
 from proxy.settings import Settings
-from proxy.startup import startup_lines
+from proxy.startup import startup_lines, startup_warnings
 from proxy.upstream.client import Upstreams
 from proxy.upstream.routing import Router
 
@@ -73,7 +73,8 @@ class LLMMeter:
         self.parts = parts
         waiting = parts.metrics.pool_waiting
         self.upstreams = Upstreams(s.upstreams, s.connect_timeout_s, s.read_timeout_s,
-                                   on_waiting=lambda name, delta: waiting.labels(name).inc(delta))
+                                   on_waiting=lambda name, delta: waiting.labels(name).inc(delta),
+                                   tenant_share=s.tenant_share)
         self.estimator = Estimator(s.estimate.encoding, s.estimate.per_model, engine=s.estimate.engine)
         self.group = GroupCommit(parts.ledger.append_many)
         meter = Meter(parts.book, self.estimator, s.workloads, self.group, parts.metrics,
@@ -112,6 +113,8 @@ class LLMMeter:
                         self.parts.budgets.start(loop)
                     for line in startup_lines(self.parts.settings, self.parts.book, self.parts.ledger.journal_dir):
                         log.info("%s", line)
+                    for line in startup_warnings(self.parts.settings):
+                        log.warning("%s", line)
                 except Exception as e:
                     await send({"type": "lifespan.startup.failed", "message": str(e)})
                     return

@@ -42,7 +42,14 @@ class UpstreamError(LLMMeterError):
 
 
 class Unreachable(UpstreamError):
-    """No response came: connecting, sending, or the connection closed before a response byte."""
+    """No response came: connecting, sending, or the connection closed before a response byte.
+
+    The message says where (addresses, the egress proxy, the ca_file path) for the log; `what`
+    says what failed without naming any of it, for the client's 502, which anyone may read."""
+
+    def __init__(self, message: str, what: str = "the connection to the upstream failed") -> None:
+        super().__init__(message)
+        self.what = what
 
 
 class PoolTimeout(UpstreamError):

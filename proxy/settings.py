@@ -157,6 +157,7 @@ class Settings:
     max_pipelined_requests: int = 1  # requests a connection may have unanswered; more wait in the kernel
     max_decompressed_mb: int = 64
     public_url: str | None = None  # the address clients use, where llmmeter must name itself
+    max_connections_per_tenant: int | None = None  # None: max_connections ÷ 2 when tenants are configured
     metrics_token: str | None = field(default=None, repr=False)
     ledger_url: str = "sqlite:///data/llmmeter.db"
     journal_dir: Path | None = None
@@ -179,11 +180,21 @@ class Settings:
     def keys_required(self) -> bool:
         return any(t.key_sha256 for t in self.tenants)
 
+    def tenant_share(self, upstream: Upstream) -> int | None:
+        """How many of `upstream`'s connections one tenant may hold at once; None: no cap (no
+        tenants configured, so there is no other tenant to keep a share for)."""
+        if not self.tenants:
+            return None
+        if self.max_connections_per_tenant is not None:
+            return min(self.max_connections_per_tenant, upstream.max_connections)
+        return max(1, upstream.max_connections // 2)
+
 
 _SCHEMA: dict[str, set[str]] = {
     "server": {"host", "port", "max_body_mb", "connect_timeout_s", "read_timeout_s",
                "metrics_token", "workers", "head_timeout_s", "body_timeout_s", "idle_timeout_s",
-               "send_timeout_s", "max_decompressed_mb", "public_url", "max_pipelined_requests"},
+               "send_timeout_s", "max_decompressed_mb", "public_url", "max_pipelined_requests",
+               "max_connections_per_tenant"},
     "ledger": {"url", "journal_dir", "fsync"},
     "pricing": {"dir"},
     "workloads": {"medium", "long", "very_long"},
@@ -433,6 +444,8 @@ def _build(raw: dict[str, Any], src: _Source, origins: Mapping[tuple[str, str | 
         max_pipelined_requests=c.int_("server", server, "max_pipelined_requests", 1, lo=1, hi=64),
         max_decompressed_mb=c.int_("server", server, "max_decompressed_mb", 64, lo=1, hi=4096),
         public_url=_public_url(c, server),
+        max_connections_per_tenant=c.int_("server", server, "max_connections_per_tenant", 1, lo=1, hi=100_000)
+        if "max_connections_per_tenant" in server else None,
         metrics_token=_metrics_token(c, server),
         ledger_url=_ledger_url(c, ledger),
         journal_dir=_opt_path(c.opt_str("ledger", ledger, "journal_dir")),

@@ -48,3 +48,13 @@ def without_credentials(url: str) -> str:
         return "<unparseable URL>"
     host = parts.netloc.rpartition("@")[2]
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def startup_warnings(settings: Settings) -> Iterator[str]:
+    """What the configuration leaves to chance, one line each, logged as warnings."""
+    if not settings.public_url:
+        # Every configuration forwards /v1/messages/batches (a request without a model goes to
+        # the default upstream), so batch objects with a results_url can always pass.
+        yield ("server.public_url is not set: Anthropic batch objects' results_url is relayed as a path "
+               "(/v1/messages/batches/{id}/results), which SDKs resolve against the address they use; "
+               "set public_url to the address clients reach llmmeter at to name it in full")

@@ -76,6 +76,34 @@ def _flag(headers: dict[str, str], name: str) -> bool:
     return value is not None and value.strip().lower() not in ("", "0", "false", "no")
 
 
+def brotli_stored(data: bytes) -> bytes:
+    """`data` as a valid brotli stream (RFC 7932) of uncompressed meta-blocks: a `br` body
+    made without a brotli encoder, which the locked dependencies do not have."""
+    out = bytearray()
+    bits = [0]  # WBITS: one 0 bit, a 64 KiB window
+
+    def field(value: int, n: int) -> None:  # brotli packs fields from the least significant bit
+        bits.extend((value >> i) & 1 for i in range(n))
+
+    def to_byte_boundary() -> None:
+        bits.extend([0] * (-len(bits) % 8))
+        out.extend(sum(b << i for i, b in enumerate(bits[j:j + 8])) for j in range(0, len(bits), 8))
+        bits.clear()
+
+    for i in range(0, len(data), 65536):
+        block = data[i:i + 65536]
+        field(0, 1)  # ISLAST: no
+        field(0, 2)  # MNIBBLES: 4
+        field(len(block) - 1, 16)  # MLEN - 1
+        field(1, 1)  # ISUNCOMPRESSED
+        to_byte_boundary()
+        out += block
+    field(1, 1)  # ISLAST
+    field(1, 1)  # ISLASTEMPTY
+    to_byte_boundary()
+    return bytes(out)
+
+
 def _words(obj: Any) -> int:
     """A deterministic stand-in for a prompt's token count: the words in its strings."""
     if isinstance(obj, str):

@@ -416,3 +416,18 @@ def test_several_workers_with_an_enforced_budget_are_fine_on_postgresql(tmp_path
         s = load(write(tmp_path, f'[server]\nworkers = 2\n\n[ledger]\nurl = "{scheme}://u@db/l"\n\n'
                                  '[[budget]]\nname = "b"\nlimit_usd = "1"\nmode = "enforce"\n'), env={})
         assert s.workers == 2 and s.budgets[0].enforced
+
+
+def test_a_tenants_share_of_an_upstreams_connections(tmp_path: Path) -> None:
+    upstreams = ('[[upstream]]\nname = "big"\nbase_url = "http://127.0.0.1:1/v1"\nmax_connections = 9\n'
+                 '[[upstream]]\nname = "one"\nbase_url = "http://127.0.0.1:2/v1"\nmax_connections = 1\n'
+                 'models = ["x-*"]\n')
+    tenants = '[[tenant]]\nname = "a"\n'
+    alone = load(write(tmp_path, upstreams), env={})
+    assert [alone.tenant_share(u) for u in alone.upstreams] == [None, None]  # no tenant to share with
+    halves = load(write(tmp_path, upstreams + tenants), env={})
+    assert [halves.tenant_share(u) for u in halves.upstreams] == [4, 1]  # ÷ 2, never below one
+    capped = load(write(tmp_path, "[server]\nmax_connections_per_tenant = 6\n" + upstreams + tenants), env={})
+    assert [capped.tenant_share(u) for u in capped.upstreams] == [6, 1]  # never above max_connections
+    with pytest.raises(ConfigError, match="max_connections_per_tenant"):
+        load(write(tmp_path, "[server]\nmax_connections_per_tenant = 0\n" + upstreams), env={})

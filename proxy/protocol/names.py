@@ -41,6 +41,7 @@ FAULT_KINDS = frozenset({
     "tap_event_error",  # a stream event no reader could read
     "decode_corrupt",  # a compressed body that would not decompress
     "decode_over_cap",  # a compressed body past server.max_decompressed_mb
+    "decode_unsupported",  # a metered answer in a content coding llmmeter cannot decode (br, zstd)
     "estimate_counter_failed",  # the token counter failed; the count is approximated
     "pricing_failed",  # the price could not be computed; recorded unpriced
     "total_mismatch",  # total_tokens exceeds the categories on an upstream whose hidden_output is "flag"

@@ -13,7 +13,10 @@ import zlib
 from collections.abc import Iterator
 
 PIECE = 64 * 1024
+# br and zstd need a decoder outside the standard library, and none is among the locked
+# dependencies: such an answer is relayed as it came and its record estimated, flagged so.
 SUPPORTED = ("gzip", "x-gzip", "deflate")
+DECODE_UNSUPPORTED = "decode_unsupported"
 
 
 class Decoder:

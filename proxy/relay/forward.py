@@ -23,13 +23,16 @@ from proxy.protocol.names import METERED
 from proxy.protocol.tap import StreamTap
 from proxy.protocol.usage import Observed, read_body
 from proxy.relay.batch import MAX_HELD, BatchMeter, Counted, Pace, named_here
-from proxy.relay.decode import Decoder, decoder_for
+from proxy.relay.decode import DECODE_UNSUPPORTED, Decoder, decoder_for
 from proxy.relay.provenance import BatchFiles
 from proxy.upstream.client import Response, UpstreamClient
 from proxy.upstream.routing import response_headers
 
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 MAX_METERED_BODY = 64 * 1024 * 1024  # non-streamed bodies kept (in memory) for reading usage
+# Answers that never carry a body (RFC 9110 6.4.1); what their Content-Length announces is
+# not sent, and the ASGI server would take the missing bytes for a short body.
+BODILESS = frozenset({204, 304})
 
 log = logging.getLogger("llmmeter.relay")
 
@@ -83,7 +86,7 @@ class Forwarder:
             if stream.held:  # nothing went out yet (a batch object being held): the client gets an error
                 ex.code = 504 if kind == "timeout" else 502
                 await stream.record_partial()
-                await send_whole(send, ex.code, error_body(f"the upstream failed mid-response: {e}",
+                await send_whole(send, ex.code, error_body(f"the upstream failed mid-response ({kind})",
                                                            "api_error" if out.anthropic else "upstream_error",
                                                            outcome, out.anthropic))
                 return
@@ -102,21 +105,29 @@ class Forwarder:
         ex.overhead_s += time.perf_counter() - ex.t0
         name = out.client.upstream.name
         try:
-            return await out.client.request(out.method, out.url, out.headers, out.body)
+            return await out.client.request(out.method, out.url, out.headers, out.body, ex.tenant)
+        # The client is told what failed; where (addresses, egress proxy, ca_file) only the log says.
         except PoolTimeout as e:
-            status, outcome, kind, message = 503, "upstream_timeout", "timeout", str(e)
-        except TimeoutError:
+            status, outcome, kind, message = 503, "upstream_timeout", "timeout", \
+                "every connection to the upstream stayed busy (max_connections)"
+            detail = str(e)
+        except TimeoutError as e:
             status, outcome, kind, message = 504, "upstream_timeout", "timeout", "the upstream did not answer in time"
+            detail = str(e) or message
         except Unreachable as e:
             status, outcome, kind, message = 502, "upstream_unreachable", "unreachable", \
-                f"the upstream could not be reached: {e}"
+                f"the upstream could not be reached: {e.what}"
+            detail = str(e)
         except MalformedResponse as e:
             status, outcome, kind, message = 502, "upstream_malformed", "malformed", \
-                f"the upstream's response was not valid HTTP: {e}"
+                "the upstream's response was not valid HTTP"
+            detail = str(e)
         except Broken as e:  # the request was written: it is never sent a second time
-            status, outcome, kind, message = 502, "upstream_reset", "reset", f"the upstream failed: {e}"
+            status, outcome, kind, message = 502, "upstream_reset", "reset", \
+                "the upstream connection failed after the request was sent"
+            detail = str(e)
         self._upstream_error(out, kind)
-        log.warning("upstream %s %s: %s", name, kind, message)
+        log.warning("upstream %s %s: %s", name, kind, detail)
         api_kind = "api_error" if out.anthropic else "upstream_error"
         await send_whole(send, status, error_body(message, api_kind, outcome, out.anthropic))
         ex.code, ex.outcome = status, outcome
@@ -149,10 +160,11 @@ class _Stream:
         self.metered = ex.endpoint in METERED
         encoding = (resp.header(b"content-encoding") or "").strip().lower()
         self.decoder: Decoder | None = None
+        self.undecodable = False  # a metered answer in a coding no decoder here reads (br, zstd)
         if self.metered and encoding not in ("", "identity"):
             self.decoder = decoder_for(encoding, fwd.max_decompressed)
-            if self.decoder is None:
-                self.metered = False  # a coding we cannot read: relay untouched, estimate instead
+            if self.decoder is None:  # relayed untouched, its record estimated and flagged
+                self.metered, self.undecodable = False, True
         sse = resp.content_type == "text/event-stream"
         self.tap = StreamTap(ex.endpoint, out.drop_usage_only) if self.metered and sse else None
         # An edited stream must be relayed decoded: the usage chunk cannot be cut out of gzip.
@@ -177,9 +189,10 @@ class _Stream:
             if held is None:  # rewritten and sent
                 return
         t_mark = time.perf_counter()
-        await send({"type": "http.response.start", "status": resp.status,
-                    "headers": response_headers(resp.raw_headers, body_edited=self.edit,
-                                                decoded=self.decoded_out)})
+        headers = response_headers(resp.raw_headers, body_edited=self.edit, decoded=self.decoded_out)
+        if resp.status in BODILESS:  # RFC 9110 8.6: a 304 may leave it out, a 204 must
+            headers = [(k, v) for k, v in headers if k != b"content-length"]
+        await send({"type": "http.response.start", "status": resp.status, "headers": headers})
         ex.overhead_s += time.perf_counter() - t_mark
         last = b""
         if held is not None:  # held for a rewrite that did not happen: it goes on as it came
@@ -287,6 +300,9 @@ class _Stream:
                     return
             await self.fwd.finish(ex, tap.observed(), tap.completion_text)
             return
+        if self.undecodable:
+            await self.fwd.finish(ex, Observed(faults=(DECODE_UNSUPPORTED,)), str)
+            return
         if not self.metered:
             if self.batch is not None and ended:
                 self.batch.finish()
@@ -310,7 +326,10 @@ class _Stream:
             return
         self.recorded = True
         tap = self.tap
-        observed = tap.observed() if tap is not None else self._download_observed()
+        if self.undecodable:
+            observed = Observed(faults=(DECODE_UNSUPPORTED,))
+        else:
+            observed = tap.observed() if tap is not None else self._download_observed()
         await self.fwd.finish(self.ex, observed, tap.completion_text if tap is not None else str)
 
     def _download_observed(self) -> Observed:

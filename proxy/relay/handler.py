@@ -142,8 +142,10 @@ class Relay:
 
         # Batch results are metered line by line; a batch object's results_url is made to name llmmeter,
         # and the output files an OpenAI batch object names are kept (proxy/relay/provenance.py).
+        # Without public_url results_url becomes a bare path ("" + /v1/...): an SDK that followed the
+        # provider's URL would carry the tenant's proxy key to the provider's host, unmetered.
         download = batch_download(method, path)
-        public_url = self.settings.public_url if self.settings.public_url and names_results_url(path) else None
+        public_url = (self.settings.public_url or "") if names_results_url(path) else None
         output_files = names_output_files(path)
         read = endpoint in METERED or download is not None or public_url is not None or output_files
         out_headers = request_headers(headers, up, metered=read, anthropic=anthropic,

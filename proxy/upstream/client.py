@@ -26,6 +26,7 @@ from proxy.errors import PoolTimeout
 from proxy.settings import Upstream
 from proxy.upstream.connection import Connection
 from proxy.upstream.egress import Route, open_connection, route_for, unreachable
+from proxy.upstream.share import FairShare
 
 _SAFE_TARGET = re.compile(r"[^\x00-\x20\x7f]+").fullmatch
 
@@ -33,10 +34,11 @@ _SAFE_TARGET = re.compile(r"[^\x00-\x20\x7f]+").fullmatch
 class Response:
     """One response: its head at once, its body read with `async for chunk in response`."""
 
-    __slots__ = ("_conn", "_done", "_owner", "raw_headers", "status")
+    __slots__ = ("_conn", "_done", "_owner", "_tenant", "raw_headers", "status")
 
-    def __init__(self, conn: Connection, owner: UpstreamClient) -> None:
+    def __init__(self, conn: Connection, owner: UpstreamClient, tenant: str | None = None) -> None:
         self._conn, self._owner, self._done = conn, owner, False
+        self._tenant = tenant  # set: the exchange holds a slot of this tenant's share
         self.status = conn.status
         self.raw_headers: list[tuple[bytes, bytes]] = conn.headers  # names in lower case
 
@@ -73,6 +75,7 @@ class Response:
         if not self._done:
             self._done = True
             self._owner.release(self._conn)
+            self._owner.leave(self._tenant)
 
     def close(self) -> None:
         """Drop the connection (a body not read to its end cannot be reused)."""
@@ -80,6 +83,7 @@ class Response:
             self._done = True
             self._conn.drop()
             self._owner.release(self._conn)
+            self._owner.leave(self._tenant)
 
 
 class _Origin:
@@ -99,8 +103,10 @@ class UpstreamClient:
 
     def __init__(self, upstream: Upstream, connect_timeout: float, read_timeout: float, *,
                  env: Mapping[str, str] | None = None,
-                 on_waiting: Callable[[int], None] | None = None) -> None:
+                 on_waiting: Callable[[int], None] | None = None, tenant_share: int | None = None) -> None:
         self.upstream = upstream
+        # A tenant's requests beyond its share wait for it before they ask the pool (proxy/upstream/share.py).
+        self.share = FairShare(tenant_share, upstream.name, on_waiting) if tenant_share else None
         self.connect_timeout, self.read_timeout = connect_timeout, read_timeout
         self.max_connections, self.idle_s = upstream.max_connections, upstream.idle_s
         self.env = env
@@ -115,21 +121,35 @@ class UpstreamClient:
     def open_connections(self) -> int:
         return len(self._owned) + self._opening
 
-    async def request(self, method: str, url: str, headers: Iterable[tuple[str, str]], body: bytes) -> Response:
+    async def request(self, method: str, url: str, headers: Iterable[tuple[str, str]], body: bytes,
+                      tenant: str | None = None) -> Response:
         i = url.find("/", url.find("//") + 2)
         origin_url, target = (url, "/") if i == -1 else (url[:i], url[i:])
         origin = self._origins.get(origin_url)
         if origin is None:
             origin = self._origins[origin_url] = _Origin(route_for(self.upstream, origin_url, self.env))
         data = _request_bytes(origin, method, target, headers, body)
-        conn = await self._acquire(origin)
+        held = tenant if self.share is not None else None
+        if held is not None:
+            assert self.share is not None
+            await self.share.enter(held, self.connect_timeout)
         try:
-            await conn.exchange(data, method == "HEAD")
+            conn = await self._acquire(origin)
+            try:
+                await conn.exchange(data, method == "HEAD")
+            except BaseException:
+                conn.drop()
+                self.release(conn)
+                raise
         except BaseException:
-            conn.drop()
-            self.release(conn)
+            self.leave(held)
             raise
-        return Response(conn, self)
+        return Response(conn, self, held)
+
+    def leave(self, tenant: str | None) -> None:
+        """An exchange that held a slot of `tenant`'s share is over."""
+        if tenant is not None and self.share is not None:
+            self.share.leave(tenant)
 
     async def _acquire(self, origin: _Origin) -> Connection:
         conn = self._take_idle(origin)
@@ -260,11 +280,14 @@ class Upstreams:
 
     def __init__(self, upstreams: Iterable[Upstream], connect_timeout: float, read_timeout: float, *,
                  env: Mapping[str, str] | None = None,
-                 on_waiting: Callable[[str, int], None] | None = None) -> None:
+                 on_waiting: Callable[[str, int], None] | None = None,
+                 tenant_share: Callable[[Upstream], int | None] | None = None) -> None:
         self.clients: dict[str, UpstreamClient] = {}
         for up in upstreams:
             hook = None if on_waiting is None else _bind(on_waiting, up.name)
-            self.clients[up.name] = UpstreamClient(up, connect_timeout, read_timeout, env=env, on_waiting=hook)
+            share = tenant_share(up) if tenant_share is not None else None
+            self.clients[up.name] = UpstreamClient(up, connect_timeout, read_timeout, env=env, on_waiting=hook,
+                                                   tenant_share=share)
 
     def __getitem__(self, name: str) -> UpstreamClient:
         return self.clients[name]

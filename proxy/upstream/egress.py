@@ -97,11 +97,11 @@ async def open_connection(route: Route, protocol_factory: Callable[[], P],
     except TimeoutError as e:
         attempt.abort()
         if e.errno is not None:  # the kernel gave up connecting: a network answer, not our deadline
-            raise Unreachable(f"{route.describe()}: {_why(route, attempt.step, e)}") from e
+            raise _unreachable(route, attempt.step, e) from e
         raise TimeoutError(f"{route.describe()}: {_STEPS[attempt.step]} took over {timeout:g}s") from None
     except OSError as e:  # ssl.SSLError included
         attempt.abort()
-        raise Unreachable(f"{route.describe()}: {_why(route, attempt.step, e)}") from e
+        raise _unreachable(route, attempt.step, e) from e
     except BaseException:
         attempt.abort()
         raise
@@ -113,7 +113,11 @@ def unreachable(route: Route, exc: OSError) -> Unreachable:
     TLS 1.3 servers refuse a client certificate after the client's handshake is done, so
     that refusal reaches the caller's protocol (connection_lost) rather than open_connection.
     """
-    return Unreachable(f"{route.describe()}: {_why(route, 'open', exc)}")
+    return _unreachable(route, "open", exc)
+
+
+def _unreachable(route: Route, step: str, exc: OSError) -> Unreachable:
+    return Unreachable(f"{route.describe()}: {_why(route, step, exc)}", _why(route, step, exc, named=False))
 
 
 _STEPS = {
@@ -154,12 +158,13 @@ class _Attempt:
         self.tls = await loop.start_tls(self.raw, holder, route.ssl, server_hostname=route.host,
                                         ssl_handshake_timeout=timeout + 1.0)
         if self.tls is None:
-            raise Unreachable(f"{route.describe()}: the event loop could not start TLS")
+            raise Unreachable(f"{route.describe()}: the event loop could not start TLS", "TLS could not be started")
         if holder.closed:
             exc = holder.lost
             if isinstance(exc, OSError):
                 raise unreachable(route, exc)
-            raise Unreachable(f"{route.describe()}: the connection closed right after the TLS handshake")
+            raise Unreachable(f"{route.describe()}: the connection closed right after the TLS handshake",
+                              "the connection closed right after the TLS handshake")
         protocol = factory()
         holder.hand_over(self.tls, protocol)
         return self.tls, protocol
@@ -181,19 +186,23 @@ class _Attempt:
         try:
             data = await holder.answer
         except Unreachable as e:
-            raise Unreachable(f"{self.route.describe()}: egress proxy {e} to CONNECT {authority}") from None
+            raise Unreachable(f"{self.route.describe()}: egress proxy {e} to CONNECT {authority}",
+                              f"the egress proxy {e.what} to CONNECT") from None
         head, _, after = data.partition(b"\r\n\r\n")
         status = head.split(b"\r\n", 1)[0].decode("latin-1")
         version, _, rest = status.partition(" ")
         shown = "".join(c if c.isprintable() else "?" for c in rest.strip())[:100]
         where = f"{self.route.describe()}: egress proxy"
         if not version.startswith("HTTP/1.") or not rest[:3].isdigit():
-            raise Unreachable(f"{where} answered CONNECT {authority} with something not HTTP")
+            raise Unreachable(f"{where} answered CONNECT {authority} with something not HTTP",
+                              "the egress proxy answered CONNECT with something not HTTP")
         if rest[0] != "2":
             hint = " (proxy credentials missing or refused)" if rest[:3] == "407" else ""
-            raise Unreachable(f"{where} answered {shown} to CONNECT {authority}{hint}")
+            raise Unreachable(f"{where} answered {shown} to CONNECT {authority}{hint}",
+                              f"the egress proxy answered {shown} to CONNECT{hint}")
         if after:  # the upstream's TLS has not started: these bytes are nobody's
-            raise Unreachable(f"{where} sent {len(after)} bytes after its answer to CONNECT {authority}")
+            raise Unreachable(f"{where} sent {len(after)} bytes after its answer to CONNECT {authority}",
+                              "the egress proxy sent bytes after its answer to CONNECT")
 
 
 class _Holder(asyncio.Protocol):
@@ -239,7 +248,8 @@ class _Holder(asyncio.Protocol):
             return
         self.reading_answer = False
         if end == -1 or end + 4 > PROXY_HEAD_LIMIT:
-            self.answer.set_exception(Unreachable(f"sent an answer head over {PROXY_HEAD_LIMIT} bytes"))
+            too_long = f"sent an answer head over {PROXY_HEAD_LIMIT} bytes"
+            self.answer.set_exception(Unreachable(too_long, too_long))
         else:
             assert self.raw is not None
             self.raw.pause_reading()  # start_tls resumes reading once TLS has the connection
@@ -274,34 +284,44 @@ class _Holder(asyncio.Protocol):
         self.reading_answer = False
         if not self.answer.done():
             why = f" ({exc})" if exc else ""
-            self.answer.set_exception(Unreachable(f"closed the connection{why} without an answer"))
+            self.answer.set_exception(Unreachable(f"closed the connection{why} without an answer",
+                                                  "closed the connection without an answer"))
 
 
-def _why(route: Route, step: str, exc: OSError) -> str:
+def _why(route: Route, step: str, exc: OSError, *, named: bool = True) -> str:
+    """Why a connection failed. `named`: with addresses, names and the ca_file path (for the
+    log); without, only what failed (for the client)."""
     proxy = route.proxy
     if step == "proxy" and proxy is not None:
-        peer, name = f"the egress proxy {proxy.describe()}", proxy.host
+        peer = f"the egress proxy {proxy.describe()}" if named else "the egress proxy"
+        name = proxy.host if named else "the egress proxy's name"
         if isinstance(exc, ssl.SSLError):
-            return _tls_why(peer, exc, has_client_cert=False, trust=route.trust)
+            return _tls_why(peer, exc, has_client_cert=False, trust=route.trust, named=named)
     else:
-        peer, name = _hostport(route.host, route.port), route.host
+        peer = _hostport(route.host, route.port) if named else "the upstream"
+        name = route.host if named else "the upstream's name"
         if step == "tls" or isinstance(exc, ssl.SSLError):
-            return _tls_why(peer, exc, has_client_cert=route.client_cert, trust=route.trust)
+            return _tls_why(peer, exc, has_client_cert=route.client_cert, trust=route.trust, named=named)
+    # An OSError's text may carry the address it tried: only its strerror goes to a client.
+    text = _text(exc) if named else exc.strerror or type(exc).__name__
     if isinstance(exc, socket.gaierror):
-        return f"cannot resolve {name} ({exc.strerror or exc})"
+        return f"cannot resolve {name} ({text})"
     if isinstance(exc, ConnectionRefusedError):
         return f"cannot connect to {peer}: connection refused"
     if step == "open":
-        return f"the connection to {peer} failed before any answer ({_text(exc)})"
-    return f"cannot connect to {peer} ({_text(exc)})"
+        return f"the connection to {peer} failed before any answer ({text})"
+    return f"cannot connect to {peer} ({text})"
 
 
-def _tls_why(peer: str, exc: OSError, *, has_client_cert: bool, trust: str) -> str:
+def _tls_why(peer: str, exc: OSError, *, has_client_cert: bool, trust: str, named: bool) -> str:
+    checked = f"; checked against {trust}" if named else ""
     if isinstance(exc, ssl.SSLCertVerificationError):
         detail = exc.verify_message or _text(exc)
         if exc.verify_code in _MISMATCH_CODES:
+            if not named:  # OpenSSL's text names the host the certificate was checked for
+                return f"TLS: the certificate of {peer} is not for that name"
             return f"TLS: the certificate of {peer} is not for that name ({detail})"
-        return f"TLS: the certificate of {peer} is not trusted ({detail}; checked against {trust})"
+        return f"TLS: the certificate of {peer} is not trusted ({detail}{checked})"
     reason = exc.reason if isinstance(exc, ssl.SSLError) else None
     if reason and "ALERT_" in reason:
         alert = reason.split("ALERT_", 1)[1].lower().replace("_", " ")
@@ -315,8 +335,8 @@ def _tls_why(peer: str, exc: OSError, *, has_client_cert: bool, trust: str) -> s
         return f"TLS handshake with {peer} failed (wrong version number: is it serving TLS on that port?)"
     if isinstance(exc, ssl.SSLEOFError | ConnectionError):
         return f"TLS handshake with {peer} failed: the connection was closed during it"
-    detail = reason.lower().replace("_", " ") if reason else _text(exc)
-    return f"TLS handshake with {peer} failed ({detail})"
+    detail = reason.lower().replace("_", " ") if reason else (_text(exc) if named else "")
+    return f"TLS handshake with {peer} failed ({detail})" if detail else f"TLS handshake with {peer} failed"
 
 
 def _text(exc: OSError) -> str:

@@ -5,7 +5,6 @@ often it is downloaded; Anthropic's results_url is made to name llmmeter (server
 from __future__ import annotations
 
 import sqlite3
-import time
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -155,16 +154,23 @@ def test_every_batch_object_names_llmmeter_with_its_length_recomputed(batch_upst
     assert orjson.loads(r.content) == expected  # nothing else changed
 
 
-def test_without_public_url_results_url_is_left_alone(batch_upstream: BatchUpstream, meter_for: Any) -> None:
+def test_without_public_url_results_url_names_a_path_on_llmmeter(batch_upstream: BatchUpstream,
+                                                                 meter_for: Any) -> None:
+    """Followed as the provider wrote it, results_url would take the tenant's proxy key past
+    llmmeter to the provider's host. Without public_url it becomes a path, which the SDK
+    resolves against the address it uses: llmmeter's."""
     batch_upstream.results["msgbatch_01"] = ANTHROPIC_RESULTS
     proxy = meter_for(batch_upstream.url, public=False)
-    client = Anthropic(base_url=proxy.url, api_key="sk-ant-client", max_retries=0)
+    assert "server.public_url is not set" in proxy.output()  # said at start
     raw = httpx.get(proxy.url + "/v1/messages/batches/msgbatch_01")
-    assert raw.content == orjson.dumps(batch_upstream.message_batch("msgbatch_01"))  # byte for byte
-    results = list(client.messages.batches.results("msgbatch_01"))  # fetched from the upstream directly
+    assert raw.json()["results_url"] == "/v1/messages/batches/msgbatch_01/results"
+    assert raw.headers["content-length"] == str(len(raw.content))
+    client = Anthropic(base_url=proxy.url, api_key="sk-ant-client", max_retries=0)
+    results = list(client.messages.batches.results("msgbatch_01"))
     assert len(results) == 3
-    time.sleep(0.3)
-    assert [r["endpoint"] for r in proxy.rows(expect=2)] == ["other", "other"]  # the two retrievals only
+    assert len(batch_rows(proxy, expect=5)) == 2  # the two results with usage, metered on the way
+    [get] = [r for r in batch_upstream.requests if r["path"] == "/v1/messages/batches/msgbatch_01/results"]
+    assert get["headers"]["accept-encoding"] == "identity"  # it came through llmmeter
 
 
 def test_a_compressed_file_is_still_metered(batch_upstream: BatchUpstream, meter_for: Any) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import uvicorn
 from openai import OpenAI
@@ -25,7 +26,7 @@ from openai import OpenAI
 from tests.fake_upstream import FakeUpstream
 from tests.serve import free_port
 from tests.strict import require
-from tests.upstream.egress_servers import ConnectProxy
+from tests.upstream.egress_servers import ConnectProxy, dead_port
 
 USAGE = {"prompt": 1200, "cached": 1000, "completion": 50}
 
@@ -143,3 +144,35 @@ def test_ca_file_trusts_a_private_ca_and_https_proxy_carries_it(tls_upstream: tu
     client = OpenAI(base_url=bypass.base_url, api_key="k", max_retries=0)
     assert client.chat.completions.create(model="kimi-k3.1-pro", messages=msgs).usage is not None  # type: ignore[arg-type]
     assert connect_proxy.tunnels == 1
+
+
+def test_a_502_says_what_failed_not_where(tls_upstream: tuple[str, Path], serve: Any, tmp_path: Path,
+                                          connect_proxy: ConnectProxy) -> None:
+    """The upstream's address, the egress proxy's and the ca_file path stay in the log: any client
+    can read a 502's body (SECURITY.md)."""
+    base_url, _ = tls_upstream
+    tls_port = base_url.split(":")[2].split("/")[0]
+    other_ca = tmp_path / "private-bundle-4711.pem"  # trusts another CA than the upstream's
+    (tmp_path / "other").mkdir()
+    _certs(tmp_path / "other")[0].rename(other_ca)
+    dead = dead_port()
+    config = (f'[[upstream]]\nname = "untrusted"\nbase_url = "{base_url}"\nca_file = "{other_ca}"\n'
+              'models = ["kimi-*"]\n'
+              '[[upstream]]\nname = "egress"\nbase_url = "https://llm.internal.example:9443/v1"\n'
+              f'proxy = "http://127.0.0.1:{connect_proxy.port}"\nmodels = ["gpt-*"]\n'
+              f'[[upstream]]\nname = "down"\nbase_url = "http://127.0.0.1:{dead}/v1"\nmodels = ["deepseek-*"]\n')
+    proxy = serve(config=config)
+    bodies = {}
+    for model in ("kimi-k3.1-pro", "gpt-test", "deepseek-test"):
+        r = httpx.post(proxy.base_url + "/chat/completions", timeout=20,
+                       json={"model": model, "messages": [{"role": "user", "content": "hi"}]})
+        assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_unreachable", r.text
+        bodies[model] = r.text
+    assert "not trusted" in bodies["kimi-k3.1-pro"]  # what failed is still said
+    assert "407" in bodies["gpt-test"] and "refused" in bodies["deepseek-test"]
+    secrets = ("127.0.0.1", tls_port, str(connect_proxy.port), str(dead), "llm.internal.example", "4711",
+               str(tmp_path))
+    for model, body in bodies.items():
+        assert not [s for s in secrets if s in body], (model, body)
+    log = proxy.output()  # where it failed is the operator's to read
+    assert str(other_ca) in log and "llm.internal.example:9443" in log and f"127.0.0.1:{dead}" in log

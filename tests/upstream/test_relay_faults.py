@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.fake_upstream import brotli_stored
 from tests.faults.helpers import wait_until
 from tests.upstream.rogue import Conn, Request, Rogue, answer, raw
 
@@ -355,3 +356,78 @@ def test_a_gzip_stream_whose_usage_comes_before_its_end_is_read_not_called_corru
     [row] = proxy.rows(expect=1)
     assert (row["input_tokens"], row["output_tokens"], row["usage_source"]) == (11, 7, "upstream")
     assert "decode_corrupt" not in (row["flags"] or "")
+
+
+# --- answers without a body: 204, 304 and HEAD ---------------------------------------------
+
+def _two_on_one_connection(port: int, first: bytes) -> tuple[bytes, bytes]:
+    """The head of a bodiless answer to `first`, then all that answers a second request sent
+    on the same connection (b"" when the proxy closed it instead)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(first)
+        head = b""
+        while b"\r\n\r\n" not in head and (chunk := s.recv(65536)):
+            head += chunk
+        try:
+            s.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            rest = b""
+            while chunk := s.recv(65536):
+                rest += chunk
+        except (BrokenPipeError, ConnectionResetError):
+            rest = b""
+        return head, rest
+
+
+@pytest.mark.parametrize(("status", "method"), [(304, "GET"), (204, "GET"), (200, "HEAD")])
+def test_an_answer_without_a_body_keeps_its_content_length_promise(rogue: Rogue, serve: Any, status: int,
+                                                                   method: str) -> None:
+    """A 304 or 204 carries no body whatever its Content-Length says (RFC 9110 8.6), nor does an
+    answer to HEAD: relayed without a traceback, and the client's connection stays usable."""
+    def bodiless_then_ok(req: Request, conn: Conn) -> bool:
+        if req.path == "/v1/models" and req.method == method and req.index == 1:
+            conn.send(b"HTTP/1.1 %d X\r\ncontent-length: 5\r\netag: \"v1\"\r\n\r\n" % status)
+        else:
+            conn.send(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}")
+        return True
+
+    rogue.script = bodiless_then_ok
+    proxy = serve(config=config(rogue))
+    head, rest = _two_on_one_connection(
+        proxy.port, f"{method} /v1/models HTTP/1.1\r\nHost: x\r\nIf-None-Match: \"v1\"\r\n\r\n".encode())
+    assert head.startswith(b"HTTP/1.1 %d " % status) and b'etag: "v1"' in head.lower()
+    assert head.endswith(b"\r\n\r\n")  # nothing after the head: there is no body
+    assert rest.startswith(b"HTTP/1.1 200 ") and rest.endswith(b"{}")
+    log = proxy.output()
+    assert "Traceback" not in log and "Content-Length" not in log
+    assert [row["code"] for row in proxy.rows(expect=2)] == [status, 200]
+
+
+# --- a content coding llmmeter cannot decode -------------------------------------------------
+
+def test_a_brotli_answer_is_relayed_untouched_and_estimated(rogue: Rogue, serve: Any) -> None:
+    """No brotli decoder is among the locked dependencies: the answer goes on as it came, and
+    the record is estimated and says why, not 0 tokens from the upstream."""
+    plain = brotli_stored(REPLY)
+    frames = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in [
+        {"id": "c1", "object": "chat.completion.chunk", "model": "kimi-k3.1-pro",
+         "choices": [{"index": 0, "delta": {"content": "yo"}, "finish_reason": None}]},
+        {"id": "c1", "object": "chat.completion.chunk", "model": "kimi-k3.1-pro", "choices": [], "usage": USAGE},
+    ]) + b"data: [DONE]\n\n"
+    streamed = brotli_stored(frames)
+    answers = iter([
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: br\r\n"
+        b"content-length: %d\r\n\r\n" % len(plain) + plain,
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-encoding: br\r\n"
+        b"transfer-encoding: chunked\r\n\r\n%x\r\n" % len(streamed) + streamed + b"\r\n0\r\n\r\n",
+    ])
+    rogue.script = lambda req, conn: raw(next(answers), keep=True)(req, conn)
+    proxy = serve(config=config(rogue))
+    for body, sent in ((CHAT, plain), ({**CHAT, "stream": True}, streamed)):
+        with httpx.stream("POST", proxy.base_url + "/chat/completions", json=body, timeout=20) as r:
+            assert r.status_code == 200 and r.headers["content-encoding"] == "br"
+            assert b"".join(r.iter_raw()) == sent  # relayed as it came
+    rows = proxy.rows(expect=2)
+    assert [(row["usage_source"], "decode_unsupported" in row["flags"], row["input_tokens"] > 0)
+            for row in rows] == [("estimated", True, True)] * 2
+    assert not any("no_usage" in row["flags"] for row in rows)
+    assert proxy.metric("llmmeter_metering_faults_total", kind="decode_unsupported") == 2
