@@ -64,6 +64,8 @@ class Exchange:
     end_user: str | None = None
     tag: str | None = None
     request: Any = None  # parsed JSON body, kept in memory only for estimating
+    request_skimmed: bool = False  # `request` holds only the fields metering reads (proxy/protocol/skim.py)
+    request_bytes: int = 0
     code: int = 0
     outcome: str = "ok"
     ttft_s: float | None = None
@@ -125,7 +127,10 @@ class Meter:
         if observed.usage is not None:  # input reported, output not: count only what was relayed
             u = observed.usage
             return replace(u, output_tokens=max(u.output_tokens, output), flags=(*u.flags, *tally.flags))
-        prompt = yield from self.estimator.prompt_steps(ex.endpoint, model, ex.request, tally)
+        if ex.request_skimmed:  # its text was never built: approximated from its size, and flagged so
+            prompt = tally.approximate(ex.request_bytes)
+        else:
+            prompt = yield from self.estimator.prompt_steps(ex.endpoint, model, ex.request, tally)
         return Usage(input_tokens=prompt, cache_read_tokens=0, cache_write_tokens=0,
                      output_tokens=output, reasoning_tokens=None, flags=tally.flags)
 

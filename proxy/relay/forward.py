@@ -11,17 +11,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Generator, MutableMapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from proxy.errors import Broken, MalformedResponse, PoolTimeout, StreamBroken, Unreachable, error_body
 from proxy.metering.meter import Exchange, Meter
 from proxy.metrics.metrics import Metrics
+from proxy.protocol.answer_body import read_answer
 from proxy.protocol.batch import Download
 from proxy.protocol.names import METERED
 from proxy.protocol.tap import StreamTap
-from proxy.protocol.usage import Observed, read_body
+from proxy.protocol.usage import Observed
 from proxy.relay.batch import MAX_HELD, BatchMeter, Counted, Pace, named_here
 from proxy.relay.decode import DECODE_UNSUPPORTED, Decoder, decoder_for
 from proxy.relay.provenance import BatchFiles
@@ -35,6 +36,7 @@ MAX_METERED_BODY = 64 * 1024 * 1024  # non-streamed bodies kept (in memory) for 
 BODILESS = frozenset({204, 304})
 
 log = logging.getLogger("llmmeter.relay")
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -313,7 +315,8 @@ class _Stream:
             if self.decoder.failed:  # corrupt or past the cap: estimated, never lost
                 await self.fwd.finish(ex, self._undecoded(), str)
                 return
-        observed, text = read_body(ex.endpoint, bytes(self.buffered))
+        # Paced: a large answer is skimmed a slice at a time while other clients are served.
+        observed, text = await paced(read_answer(ex.endpoint, bytes(self.buffered)))
         await self.fwd.finish(ex, observed, text)
 
     def _undecoded(self) -> Observed:
@@ -348,6 +351,16 @@ def _failure(e: BaseException) -> tuple[str, str]:
     if isinstance(e, MalformedResponse):
         return "malformed", "upstream_malformed"
     return "reset", "upstream_reset"
+
+
+async def paced(steps: Generator[None, None, T]) -> T:
+    """Drive a sans-io generator on the loop, letting every other task run between its slices."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        await asyncio.sleep(0)
 
 
 async def send_whole(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:

@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import hmac
 import math
+import re
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from datetime import UTC, datetime
@@ -27,8 +28,9 @@ from proxy.metrics.metrics import Metrics
 from proxy.protocol.batch import batch_download, names_output_files, names_results_url
 from proxy.protocol.names import CHAT_STYLE, METERED, MISSING_KEY, UNKNOWN_KEY
 from proxy.protocol.paths import Classified, classify
+from proxy.protocol.request_body import read_request
 from proxy.protocol.usage import Observed
-from proxy.relay.forward import Forwarder, Outbound, send_whole
+from proxy.relay.forward import Forwarder, Outbound, paced, send_whole
 from proxy.relay.provenance import BatchFiles
 from proxy.server import DISCONNECT
 from proxy.settings import Settings, Upstream
@@ -105,7 +107,7 @@ class Relay:
             return
 
         if endpoint in METERED:
-            problem = self._read_request(ex, body)
+            problem = await self._read_request(ex, body)
             if problem:
                 await self._reject(ex, send, 400, problem, "invalid_json", "invalid_request_error", anthropic)
                 return
@@ -138,7 +140,8 @@ class Relay:
                        send: Send) -> None:
         drop_usage_only = False
         if ex.stream and endpoint in CHAT_STYLE and up.inject_include_usage:
-            body, drop_usage_only = _inject_include_usage(ex.request, body)
+            inject = _splice_include_usage if ex.request_skimmed else _inject_include_usage
+            body, drop_usage_only = inject(ex.request, body)
 
         # Batch results are metered line by line; a batch object's results_url is made to name llmmeter,
         # and the output files an OpenAI batch object names are kept (proxy/relay/provenance.py).
@@ -196,14 +199,12 @@ class Relay:
                 found = tenant
         return found
 
-    def _read_request(self, ex: Exchange, body: bytes) -> str | None:
+    async def _read_request(self, ex: Exchange, body: bytes) -> str | None:
         try:
-            req = orjson.loads(body)
-        except orjson.JSONDecodeError as e:
-            return f"request body is not valid JSON: {e}"
-        if not isinstance(req, dict):
-            return "request body must be a JSON object"
-        ex.request = req
+            req, ex.request_skimmed = await paced(read_request(body))
+        except ValueError as e:
+            return str(e)
+        ex.request, ex.request_bytes = req, len(body)
         model = req.get("model")
         ex.model_requested = bounded(model) if isinstance(model, str) else None
         ex.stream = req.get("stream") is True
@@ -320,3 +321,19 @@ def _inject_include_usage(req: Any, body: bytes) -> tuple[bytes, bool]:
         return orjson.dumps(new), True
     except orjson.JSONEncodeError:  # nested deeper than orjson writes (it reads deeper): sent as it came
         return body, False
+
+
+_OPENING = re.compile(rb"\s*\{\s*(\})?")
+
+
+def _splice_include_usage(req: dict[str, Any], body: bytes) -> tuple[bytes, bool]:
+    """_inject_include_usage for a skimmed body, which is never rebuilt whole: the member goes in
+    at the front. A body that has stream_options of its own goes as it came (a second member of
+    that name would be read differently by different servers); its stream is then estimated."""
+    if "stream_options" in req:
+        return body, False
+    opening = _OPENING.match(body)
+    if opening is None or opening.group(1) is not None:
+        return body, False
+    at = opening.end()
+    return body[:at] + b'"stream_options":{"include_usage":true},' + body[at:], True

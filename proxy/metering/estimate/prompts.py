@@ -7,45 +7,75 @@ Message overhead follows OpenAI's cookbook recipe ("How to count tokens with tik
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from proxy.metering.estimate.steps import Steps
 
 PARTS_PER_SLICE = 64  # a prompt of many short messages still pauses for the event loop
+PIECES_PER_SLICE = 4096  # pieces of a definition's JSON text rendered between pauses
 # The cookbook's constants for gpt-3.5-turbo-0125, gpt-4, gpt-4o and later.
 TOKENS_PER_MESSAGE = 3  # <|start|>{role}<|message|>{content}<|end|>
 TOKENS_PER_NAME = 1
 REPLY_PRIMING = 3  # every reply is primed with <|start|>assistant<|message|>
 
 
+@dataclass(frozen=True, slots=True)
+class Json:
+    """A definition (tools, a tool call's input) counted as its JSON text, rendered when counted."""
+
+    value: object
+
+
 @dataclass(slots=True)
 class Message:
-    texts: list[str]  # role included
+    texts: list[str | Json]  # role included
     named: bool = False  # carries a `name`
 
 
 # What a request puts in front of the model, read lazily (a 32 MB body may hold a million
-# messages): a text counted bare (tool definitions, raw prompts), a number of tokens
-# given as ids (completions and embeddings accept them), or a message.
-Part = str | int | Message
+# messages): a text counted bare (raw prompts), a definition, a number of tokens given as
+# ids (completions and embeddings accept them), or a message.
+Part = str | Json | int | Message
 
 
 def total(parts: Iterable[Part], count: Callable[[str], Steps]) -> Steps:
     n = messages = 0
     for i, part in enumerate(parts, 1):
-        if isinstance(part, str):
-            n += yield from count(part)
-        elif isinstance(part, int):
+        if isinstance(part, int):
             n += part
-        else:
+        elif isinstance(part, Message):
             messages += 1
             n += TOKENS_PER_MESSAGE + TOKENS_PER_NAME * part.named
             for t in part.texts:
-                n += yield from count(t)
+                n += yield from count((yield from render(t)) if isinstance(t, Json) else t)
+        else:
+            n += yield from count((yield from render(part)) if isinstance(part, Json) else part)
         if i % PARTS_PER_SLICE == 0:
             yield
     return n + REPLY_PRIMING if messages else n
+
+
+# json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str) renders the same text
+# in one C call that holds the GIL to its end (seconds, for 30 MB of tools). iterencode without
+# one-shot uses the encoder's Python version, which yields piece by piece: the count pauses.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def render(definition: Json) -> Generator[None, None, str]:
+    """A definition's JSON text (approximately how it is rendered to the model), pausing
+    every PIECES_PER_SLICE pieces; "" for one that cannot be rendered."""
+    if definition.value is None:
+        return ""
+    pieces: list[str] = []
+    try:
+        for i, piece in enumerate(_ENCODER.iterencode(definition.value), 1):
+            pieces.append(piece)
+            if i % PIECES_PER_SLICE == 0:
+                yield
+    except (ValueError, TypeError, RecursionError):
+        return ""
+    return "".join(pieces)
 
 
 def _items(value: object) -> list[object]:
@@ -56,14 +86,9 @@ def _strs(*values: object) -> Iterator[str]:
     return (v for v in values if isinstance(v, str) and v)
 
 
-def _as_json(value: object) -> Iterator[str]:
+def _as_json(value: object) -> Iterator[Json]:
     """A definition counted as its JSON text: an approximation of how it is rendered."""
-    if value is None:
-        return iter(())
-    try:
-        return iter((json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str),))
-    except (ValueError, TypeError, RecursionError):
-        return iter(())
+    return iter(()) if value is None else iter((Json(value),))
 
 
 def _field(obj: object, key: str) -> object:
@@ -162,7 +187,7 @@ def _responses(req: Mapping[str, object]) -> Iterator[Part]:
     yield from _as_json(req.get("tools"))
 
 
-def _anthropic_blocks(content: object) -> Iterator[str]:
+def _anthropic_blocks(content: object) -> Iterator[str | Json]:
     if isinstance(content, str):
         yield from _strs(content)
         return
