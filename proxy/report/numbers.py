@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from decimal import Context, Decimal, localcontext
+from itertools import pairwise
 
 from pricing import usd
 
@@ -61,11 +62,23 @@ def money_compact(d: float) -> str:
 
 
 def money_ticks(values: Sequence[float]) -> list[str]:
-    """Axis labels in one style: cents on every tick or on none ($0, $20,000; $0.00, $0.50)."""
+    """Axis labels in one style: whole dollars, cents, or the decimals a small step needs
+    ($0, $20,000; $0.00, $0.50; $0.0000, $0.0002)."""
     if any(abs(v) >= 10**6 for v in values):
         return [f"{'-' if v < 0 else ''}${compact(abs(v))}" for v in values]
-    cents = any(v != int(v) for v in values)
-    return [f"{'-' if v < 0 else ''}${abs(v):,.{2 if cents else 0}f}" for v in values]
+    decimals = _tick_decimals(values)
+    return [f"{'-' if v < 0 else ''}${abs(v):,.{decimals}f}" for v in values]
+
+
+def _tick_decimals(values: Sequence[float]) -> int:
+    """Whole dollars, cents, or as many decimals as the step needs: a $0.0002 step written to
+    the cent would read "$0.00" on every tick."""
+    if all(v == int(v) for v in values):
+        return 0
+    gaps = [abs(b - a) for a, b in pairwise(values) if b != a]
+    step = min(gaps, default=max((abs(v) for v in values), default=1.0)) or 1.0
+    # Float ticks carry noise (3 × 0.0002 = 0.0006000000000000001): exact to a thousandth of the step is exact.
+    return next((d for d in range(2, 16) if all(abs(v - round(v, d)) <= step / 1000 for v in values)), 15)
 
 
 def percent(share: float, digits: int = 1) -> str:

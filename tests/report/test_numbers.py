@@ -54,3 +54,33 @@ def test_money_on_axes_is_one_style_per_axis() -> None:
 ])
 def test_ticks_are_round_numbers_reaching_the_top(top: float, ticks: list[float]) -> None:
     assert nice_ticks(top) == ticks
+
+
+@pytest.mark.parametrize(("top", "labels"), [
+    (0.00095, ["$0.0000", "$0.0002", "$0.0004", "$0.0006", "$0.0008", "$0.0010"]),
+    (0.12, ["$0.000", "$0.025", "$0.050", "$0.075", "$0.100", "$0.125"]),
+    (0.000_000_35, ["$0.0000000", "$0.0000001", "$0.0000002", "$0.0000003", "$0.0000004"]),
+    (3.96, ["$0", "$1", "$2", "$3", "$4"]),
+    (0.9, ["$0.00", "$0.20", "$0.40", "$0.60", "$0.80", "$1.00"]),
+])
+def test_money_ticks_get_the_decimals_their_step_needs(top: float, labels: list[str]) -> None:
+    """A $0.00095 axis read "$0.00" on every tick: each label now tells its tick apart from the next."""
+    ticks = nice_ticks(top)
+    assert money_ticks(ticks) == labels
+    assert len(set(money_ticks(ticks))) == len(ticks)
+
+
+def test_html_cost_axis_of_a_tiny_month_never_reads_zero() -> None:
+    from dataclasses import replace
+
+    from proxy.report import render
+    from tests.report.dom import Page
+    from tests.report.factory import worked_report
+
+    r = worked_report()
+    tiny = 9_500_000  # $0.00095 in 10^-10 USD units
+    days = tuple(replace(d, cost_by_model_tier=(("kimi-k3.1-pro/standard", tiny),)) if d.cost_by_model_tier else d
+                 for d in r.daily)
+    page = Page(render(replace(r, daily=days), "html"))
+    ticks = next(c for c in page.charts if c.name == "daily-cost").texts["y-tick"]
+    assert ticks == ["$0.0000", "$0.0002", "$0.0004", "$0.0006", "$0.0008", "$0.0010"]
