@@ -90,7 +90,7 @@ def reconcile(store: SqlStore, s: config.Settings, month_name: str, month: Month
     else:
         rec = Reconciliation(month_name, data.label, threshold)
         source = s.reconcile[data.provider]
-        compare(data, ledger_rows(daily_sums(store, lo, hi), source.upstreams), rec, source)
+        compare(data, ledger_rows(daily_sums(store, lo, hi), source.upstreams), rec, source, dict(s.tier_aliases))
     if hi > datetime.now(UTC):
         rec.notes.append("the month is not over: the provider's report may lag llmmeter's by hours")
     return rec

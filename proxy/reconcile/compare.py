@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date
 from decimal import Decimal
@@ -19,7 +20,7 @@ from proxy.reconcile.model import (
     ProviderData,
     Reconciliation,
     Row,
-    tier_name,
+    TierNames,
 )
 from proxy.settings import ReconcileSource
 
@@ -63,16 +64,20 @@ def ledger_rows(rows: list[DailyRow], upstreams: tuple[str, ...]) -> list[DailyR
     return [r for r in rows if any(fnmatchcase(r.upstream, u) for u in upstreams)]
 
 
-def compare(data: ProviderData, rows: list[DailyRow], rec: Reconciliation, source: ReconcileSource) -> None:
-    """Fill `rec` with one row per day × model × tier, then the per-day dollar rows."""
+def compare(data: ProviderData, rows: list[DailyRow], rec: Reconciliation, source: ReconcileSource,
+            tier_aliases: Mapping[str, str] | None = None) -> None:
+    """Fill `rec` with one row per day × model × tier, then the per-day dollar rows. Tiers are
+    matched through the tier aliases (built in, then `tier_aliases`: `[[tier_alias]]`)."""
     is_narrowed = narrowed(data.provider, source)
+    tier = TierNames(tier_aliases or {}, {t for _, _, t in (*data.usage, *data.usd)})
+    _rekey(data, tier)
     by_key: dict[Key, _Ledger] = {}
     by_day: dict[date, _Ledger] = {}
     for r in rows:
         # OpenAI's completions usage leaves embeddings out (its daily dollars keep them): their
         # tokens are not compared there, their cost still is, in the day's total.
         if not (r.embeddings and data.provider == "openai"):
-            by_key.setdefault((r.day, r.model, tier_name(r.tier) if data.has_tier else ""), _Ledger()).add(r)
+            by_key.setdefault((r.day, r.model, tier(r.tier) if data.has_tier else ""), _Ledger()).add(r)
         by_day.setdefault(r.day, _Ledger()).add(r)
     for key in sorted(set(by_key) | set(data.usage) | set(data.usd)):
         rec.rows.append(_model_row(key, by_key.get(key), data, is_narrowed, rec.threshold_pct))
@@ -83,6 +88,16 @@ def compare(data: ProviderData, rows: list[DailyRow], rec: Reconciliation, sourc
                 rec.rows.append(row)
     rec.rows.sort(key=lambda r: (r.day, r.scope != "model", r.model, r.tier))
     rec.notes.extend(_general(data, source, is_narrowed))
+
+
+def _rekey(data: ProviderData, tier: TierNames) -> None:
+    """The provider's rows under the names compared (two spellings of one tier add up)."""
+    usage, data.usage = data.usage, {}
+    for (day, model, t), counts in usage.items():
+        data.add_usage((day, model, tier(t)), counts)
+    usd, data.usd = data.usd, {}
+    for (day, model, t), amount in usd.items():
+        data.add_usd((day, model, tier(t)), amount)
 
 
 def _model_row(key: Key, led: _Ledger | None, data: ProviderData, is_narrowed: bool, threshold: Decimal) -> Row:

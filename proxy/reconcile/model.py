@@ -7,9 +7,12 @@ integer units, never through a float.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import date
 from decimal import Decimal
+
+from pricing import BUILTIN_TIER_ALIASES
 
 Key = tuple[date, str, str]  # UTC day, model, tier ("" where the source gives no tier)
 CATEGORIES = ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
@@ -27,6 +30,30 @@ _TIER_NAMES = {"": "standard", "default": "standard", "auto": "standard", "stand
 def tier_name(tier: str | None) -> str:
     t = (tier or "").strip().lower()
     return _TIER_NAMES.get(t, t)
+
+
+class TierNames:
+    """Tiers compared by what they mean, shown as the provider spells them.
+
+    The ledger keeps the tier llmmeter resolved: a model with no `priority` price is billed, and
+    recorded, at `highspeed` (the tier aliases), where OpenAI's and Anthropic's pages still say
+    `priority`. Both sides go through the same aliases; a row is named by the provider's spelling
+    when the provider used one spelling for that meaning (else by the alias target)."""
+
+    def __init__(self, aliases: Mapping[str, str], provider_tiers: Iterable[str]) -> None:
+        self._aliases = {**BUILTIN_TIER_ALIASES, **{k.lower(): v for k, v in aliases.items()}}
+        spellings: dict[str, set[str]] = {}
+        for t in provider_tiers:
+            spellings.setdefault(self._meaning(t), set()).add(t)
+        self._shown = {m: next(iter(s)) for m, s in spellings.items() if len(s) == 1}
+
+    def _meaning(self, tier: str) -> str:
+        t = tier_name(tier)
+        return self._aliases.get(t, t)
+
+    def __call__(self, tier: str | None) -> str:
+        meaning = self._meaning(tier or "")
+        return self._shown.get(meaning, meaning)
 
 
 @dataclass(slots=True)
