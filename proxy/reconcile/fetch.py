@@ -8,6 +8,7 @@ Pages are decoded with exact decimals, so an amount the provider writes as a JSO
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import urllib.error
@@ -50,19 +51,35 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-_OPENER = urllib.request.build_opener(_NoRedirect)
+def is_loopback(host: str | None) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host or "").is_loopback
+    except ValueError:
+        return False
+
+
+def _opener(scheme: str) -> urllib.request.OpenerDirector:
+    """https may go through the environment's proxy (a CONNECT tunnel: the key stays inside TLS);
+    plain http never does, or the key would reach the proxy in clear text: it goes straight to
+    this machine, the only place plain http is sent."""
+    if scheme == "https":
+        return urllib.request.build_opener(_NoRedirect)
+    return urllib.request.build_opener(_NoRedirect, urllib.request.ProxyHandler({}))
 
 
 def urllib_transport(url: str, headers: dict[str, str], limit: int = MAX_PAGE_BYTES) -> tuple[int, bytes]:
-    """GET with the admin key, only over https (or to this machine), never following a redirect;
-    a page longer than `limit` bytes is refused, never held whole."""
+    """GET with the admin key, only over https (or plain http straight to this machine, never
+    through a proxy), never following a redirect; a page longer than `limit` bytes is refused,
+    never held whole."""
     parts = urlsplit(url)
-    if parts.scheme != "https" and parts.hostname not in ("127.0.0.1", "localhost", "::1"):
+    if parts.scheme not in ("https", "http") or (parts.scheme == "http" and not is_loopback(parts.hostname)):
         raise ReconcileError(f"{parts.scheme}://{parts.hostname}: an admin key is only sent over https "
                              "(or to this machine)")
     request = urllib.request.Request(url, headers=headers, method="GET")
     try:
-        with _OPENER.open(request, timeout=TIMEOUT_S) as response:
+        with _opener(parts.scheme).open(request, timeout=TIMEOUT_S) as response:
             return int(response.status), _bounded(response, limit, url)
     except urllib.error.HTTPError as e:
         return e.code, _bounded(e, limit, url)
@@ -97,15 +114,16 @@ class Client:
         self._key = key  # cut out of anything shown
         self._transport = transport or urllib_transport
 
-    def pages(self, path: str, params: Params) -> Iterator[dict[str, Any]]:
-        """Every page of `path`, following next_page while has_more is true."""
+    def pages(self, path: str, params: Params) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(name, page) for every page of `path`, following next_page while has_more is true; the
+        name (`openai /organization/costs page 2`) is how messages point at a page."""
         url = f"{self.base_url}{path}"
         cursor: str | None = None
         seen: set[str] = set()
-        for _ in range(MAX_PAGES):
+        for n in range(1, MAX_PAGES + 1):
             query = params + ([("page", cursor)] if cursor is not None else [])
             doc = self._get(url, query, path)
-            yield doc
+            yield f"{self.provider} {path} page {n}", doc
             if doc.get("has_more") is not True:
                 return
             cursor = doc.get("next_page")
@@ -135,14 +153,15 @@ class Client:
         return doc
 
     def _said(self, body: bytes) -> str:
-        """The provider's error message, short, with the key cut out."""
+        """The provider's error message, short, with the key cut out. Cut out first, then
+        shortened: a cut through the key would leave its first characters past the scrubbing."""
         try:
             doc = json.loads(body)
             err = doc.get("error") if isinstance(doc, dict) else None
-            text = str(err.get("message") if isinstance(err, dict) else err or doc)
-        except (ValueError, UnicodeDecodeError):
-            text = body[:200].decode("utf-8", "replace")
-        return self._scrub(text)[:300]
+            text, limit = str(err.get("message") if isinstance(err, dict) else err or doc), 300
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            text, limit = body.decode("utf-8", "replace"), 200
+        return self._scrub(text)[:limit]
 
     def _scrub(self, text: str) -> str:
         return text.replace(self._key, "[redacted]") if self._key else text

@@ -10,9 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import date
-from decimal import Decimal
+from decimal import Context, Decimal, localcontext
 
 from pricing import BUILTIN_TIER_ALIASES
+
+# Amounts a page may carry: at most 10^12 to 24 decimal places, so sums and differences of any
+# month (36 digits each) stay exact in 80.
+EXACT = Context(prec=80)
 
 Key = tuple[date, str, str]  # UTC day, model, tier ("" where the source gives no tier)
 CATEGORIES = ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
@@ -96,10 +100,12 @@ class ProviderData:
         self.usage.setdefault(key, Counts()).add(counts)
 
     def add_usd(self, key: Key, amount: Decimal) -> None:
-        self.usd[key] = self.usd.get(key, Decimal(0)) + amount
+        with localcontext(EXACT):
+            self.usd[key] = self.usd.get(key, Decimal(0)) + amount
 
     def add_day_usd(self, day: date, amount: Decimal) -> None:
-        self.day_usd[day] = self.day_usd.get(day, Decimal(0)) + amount
+        with localcontext(EXACT):
+            self.day_usd[day] = self.day_usd.get(day, Decimal(0)) + amount
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +118,8 @@ class Measure:
 
     @property
     def difference(self) -> Decimal | int | None:
-        return None if self.provider is None else self.llmmeter - self.provider
+        with localcontext(EXACT):
+            return None if self.provider is None else self.llmmeter - self.provider
 
     @property
     def pct(self) -> Decimal | None:
@@ -122,14 +129,16 @@ class Measure:
             return None
         if self.provider == 0:
             return Decimal("0.00")
-        return (Decimal(self.llmmeter - self.provider) * 100 / Decimal(self.provider)).quantize(Decimal("0.01"))
+        with localcontext(EXACT):
+            return (Decimal(self.llmmeter - self.provider) * 100 / Decimal(self.provider)).quantize(Decimal("0.01"))
 
     def exceeds(self, threshold_pct: Decimal) -> bool:
         if self.provider is None or self.llmmeter == self.provider:
             return False
         if self.provider == 0:
             return True
-        return abs(Decimal(self.llmmeter - self.provider)) * 100 > threshold_pct * abs(Decimal(self.provider))
+        with localcontext(EXACT):
+            return abs(Decimal(self.llmmeter - self.provider)) * 100 > threshold_pct * abs(Decimal(self.provider))
 
 
 @dataclass(slots=True)

@@ -30,7 +30,8 @@ from proxy.settings import ReconcileSource
 
 ANTHROPIC_VERSION = "2023-06-01"
 PROVIDERS = ("openai", "anthropic")
-Reader = Callable[[dict[str, Any], ProviderData, Month, ReconcileSource], None]
+# (page, data, month, source, the page's name in messages)
+Reader = Callable[[dict[str, Any], ProviderData, Month, ReconcileSource, str], None]
 
 
 def fetch(provider: str, source: ReconcileSource, month: Month, *, transport: Transport | None = None,
@@ -70,10 +71,10 @@ def fetch(provider: str, source: ReconcileSource, month: Month, *, transport: Tr
     return data
 
 
-def _read(pages: Iterator[dict[str, Any]], reader: Reader, data: ProviderData, month: Month,
+def _read(pages: Iterator[tuple[str, dict[str, Any]]], reader: Reader, data: ProviderData, month: Month,
           source: ReconcileSource) -> None:
-    for doc in pages:
-        reader(doc, data, month, source)
+    for name, doc in pages:
+        reader(doc, data, month, source, name)
 
 
 def _rfc3339(t: datetime) -> str:
@@ -94,7 +95,8 @@ def saved_files(path: Path) -> list[Path]:
 
 
 def saved_pages(path: Path) -> list[tuple[str, dict[str, Any]]]:
-    """(file name, page) for every page in the file or folder: a file holds one page or a list of them."""
+    """(name, page) for every page in the file or folder: a file holds one page or a list of them
+    (named `FILE page N`)."""
     out = []
     for f in saved_files(path):
         try:
@@ -102,10 +104,11 @@ def saved_pages(path: Path) -> list[tuple[str, dict[str, Any]]]:
         except OSError as e:
             raise ConfigError(f"--against {f}: cannot read: {e.strerror or e}") from None
         doc = decode(text, str(f))
-        for page in doc if isinstance(doc, list) else [doc]:
+        pages = doc if isinstance(doc, list) else [doc]
+        for n, page in enumerate(pages, 1):
             if not isinstance(page, dict):
                 raise ReconcileError(f"{f}: not a page of a usage or cost API (a JSON object with `data`)")
-            out.append((str(f), page))
+            out.append((f"{f} page {n}" if isinstance(doc, list) else str(f), page))
     return out
 
 
@@ -153,10 +156,10 @@ def read_saved(path: Path, sources: dict[str, ReconcileSource], month: Month, la
         raise ReconcileError(f"{path}: only empty pages; the provider cannot be told from them")
     data = ProviderData(provider, has_tier=True)
     source = sources[provider]
-    for _, page in pages:
+    for name, page in pages:
         _, reader = recognise(page)
         if reader is not None:
-            reader(page, data, month, source)
+            reader(page, data, month, source, name)
     data.has_usage = bool(kinds & {openai_usage_page, anthropic_usage_page})
     data.has_cost = bool(kinds & {openai_cost_page, anthropic_cost_page})
     if provider == "openai" and data.has_cost:
