@@ -177,6 +177,7 @@ def _settings(args: argparse.Namespace, **flags: object) -> config.Settings:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from proxy.metrics.exposure import check_metrics_exposure
     from proxy.server.protocol import RelayProtocol
 
     flags = dict(host=args.host, port=args.port, upstream=args.upstream, db=args.db, prices=args.prices,
@@ -185,6 +186,7 @@ def _serve(args: argparse.Namespace) -> int:
     if not s.upstreams:
         raise ConfigError("no upstream: pass --upstream URL, set LLMMETER_UPSTREAM, or add "
                           "[[upstream]] to llmmeter.toml")
+    check_metrics_exposure(s)
     s = config.resolve_api_keys(s)
     # No X-Forwarded-* rewriting (nothing reads the client address), no per-request middleware.
     options: dict[str, Any] = dict(host=s.host, port=s.port, loop="uvloop", http=RelayProtocol, lifespan="on",

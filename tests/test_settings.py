@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from proxy.errors import ConfigError
+from proxy.metrics.exposure import check_metrics_exposure
 from proxy.settings import ReconcileSource, load, redact_url, resolve_api_keys, tenant_name_problem
 
 FULL = """\
@@ -130,6 +131,10 @@ def test_shipped_example_config_loads() -> None:
     assert [u.name for u in s.upstreams] == ["selfhosted", "moonshot"]
     assert [t.name for t in s.tenants] == ["search-team", "agents"] and s.keys_required
     assert [(b.name, b.enforced) for b in s.budgets] == [("search-team-monthly", True), ("everything-daily", False)]
+    # Tenants' keys and host 0.0.0.0: serve needs a metrics token, which the file says how to give.
+    with pytest.raises(ConfigError, match=r"server\.metrics_token"):
+        check_metrics_exposure(s)
+    check_metrics_exposure(load(example, env={"MOONSHOT_API_KEY": "k", "LLMMETER_METRICS_TOKEN": "mt"}))
 
 
 def test_an_upstream_key_with_a_trailing_newline_is_trimmed(tmp_path: Path) -> None:

@@ -8,7 +8,6 @@ Pages are decoded with exact decimals, so an amount the provider writes as a JSO
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import urllib.error
@@ -19,6 +18,7 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from proxy.errors import ConfigError
+from proxy.loopback import is_loopback
 
 Params = list[tuple[str, str]]
 # (url with query, headers) -> (status, body); tests and saved pages need no network.
@@ -49,15 +49,6 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
     def redirect_request(self, *args: Any, **kwargs: Any) -> None:
         return None
-
-
-def is_loopback(host: str | None) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host or "").is_loopback
-    except ValueError:
-        return False
 
 
 def _opener(scheme: str) -> urllib.request.OpenerDirector:
