@@ -456,9 +456,10 @@ class _Exchange:
         items = given if isinstance(given, list) else [given]
         as_base64 = self.req.get("encoding_format") == "base64"  # the openai SDK asks for this by default
         data = []
+        dims = self.req.get("dimensions") if isinstance(self.req.get("dimensions"), int) else 8
         for i in range(len(items)):
             # Powers of two survive float32 exactly, so base64 and float replies agree.
-            vector = [(-1) ** j * (i + 1) / 2 ** (j + 3) for j in range(8)]
+            vector = [(-1) ** j * (i + 1) / 2 ** (j % 60 + 3) for j in range(dims)]
             value: Any = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode() if as_base64 else vector
             data.append({"object": "embedding", "index": i, "embedding": value})
         body: dict[str, Any] = {"object": "list", "data": data, "model": self.out_model}
