@@ -136,7 +136,9 @@ class Budgets:
             strict = [b for b in budgets if not b.allow_unpriced]
             if strict:
                 return self._rejected(strict[0], at, None, "unpriced")
-            return None, None
+            # The upstream may answer with a priced model, which is then billed: the request holds
+            # a reservation like any other, so what it bills beyond it is flagged and counted.
+            r = self.reserver.ceiling_case(model, upstream, request, body_bytes, at)
         leases = [self._lease(b, at) for b in budgets]
         while True:
             short = next((lease for lease in leases if lease.free < r), None)
