@@ -33,8 +33,10 @@ from proxy.ledger.store.budgets import (
     LEASE_TTL_US,
     RENEW_EVERY_S,
     Scope,
+    Session,
     Standing,
     alert_once,
+    clock,
     drop,
     grant,
     renew,
@@ -136,7 +138,9 @@ class Budgets:
             strict = [b for b in budgets if not b.allow_unpriced]
             if strict:
                 return self._rejected(strict[0], at, None, "unpriced")
-            return None, None
+            # The upstream may answer with a priced model, which is then billed: the request holds
+            # a reservation like any other, so what it bills beyond it is flagged and counted.
+            r = self.reserver.ceiling_case(model, upstream, request, body_bytes, at)
         leases = [self._lease(b, at) for b in budgets]
         while True:
             short = next((lease for lease in leases if lease.free < r), None)
@@ -194,7 +198,7 @@ class Budgets:
         started = time.monotonic()
         with self.store.budget_locked(lease.budget.name) as session:
             g = grant(session, self.store.mark, lease.scope, lease.id, lease.limit, need, lease.limit // 20,
-                      self._now_us())
+                      self._now_us(session))
         if g.granted:
             lease.valid_until = started + VALID_FOR_S
         self._observe(lease.budget, g.standing)
@@ -310,7 +314,7 @@ class Budgets:
             if amount <= 0:
                 drop(session, self.store.mark, lease_id)
                 return True
-            return renew(session, self.store.mark, lease_id, amount, self._now_us())
+            return renew(session, self.store.mark, lease_id, amount, self._now_us(session))
 
     def refresh(self) -> None:
         """In a thread: every budget's spent for the gauges, and its alert thresholds."""
@@ -319,14 +323,15 @@ class Budgets:
             lo, hi = period_of(b, now)
             scope = Scope(b.name, to_micros(lo), to_micros(hi), b.tenant, b.tag)
             with self.store.budget_locked(None) as session:
-                s = standing(session, self.store.mark, scope, "", self._now_us())
+                now_us = self._now_us(session)
+                s = standing(session, self.store.mark, scope, "", now_us)
                 self._observe(b, s)
                 limit = self.limits[b.name]
                 for pct in b.alert_at_pct:
                     key = (b.name, scope.lo_us, pct)
                     if key in self._alerted or s.spent * 100 < limit * pct:
                         continue
-                    first = alert_once(session, self.store.mark, b.name, scope.lo_us, pct, self._now_us())
+                    first = alert_once(session, self.store.mark, b.name, scope.lo_us, pct, now_us)
                     self._alerted.add(key)  # after the write: a failed one is tried again next time
                     if first:
                         self.metrics.alerts.labels(b.name, str(pct)).inc()
@@ -336,5 +341,7 @@ class Budgets:
     def _observe(self, budget: Budget, s: Standing) -> None:
         self.metrics.spent.labels(budget.name).set(s.spent / COST_UNITS_PER_USD)
 
-    def _now_us(self) -> int:
-        return int(self.clock() * 1_000_000)
+    def _now_us(self, session: Session) -> int:
+        """Now for the leases' expiry: the database's clock, so that every replica compares
+        expiries by the same one whatever its host's says; on SQLite, this process's `clock`."""
+        return clock(session, self.store.clock_sql, int(self.clock() * 1_000_000))

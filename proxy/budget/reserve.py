@@ -5,6 +5,11 @@ cache-write prices of its band, plus the most output it may ask for at the outpu
 tier it asked for. The input side is bounded by the body's UTF-8 byte length (a byte-level BPE
 token covers at least one byte), which costs nothing to know; counting tokens would cost more
 on the hot path than it saves in headroom.
+
+A request whose model has no price (an Azure deployment name, a routing alias, no `model` at
+all) may still be answered by a priced model, and then it is billed: a budget that admits it
+(`allow_unpriced`) reserves it at the dearest rates any entry in force for its upstream
+carries (`ceiling_case`), so that whatever the upstream answers with is bounded too.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from pricing import Price, PriceBook
-from pricing.calculator import MAX_TOKENS, MICROS_PER_UNIT, rates_for
+from pricing.calculator import MAX_TOKENS, MICROS_PER_UNIT, Rates, rates, rates_for
 from proxy.settings import ModelLimit
 
 DEFAULT_MAX_OUTPUT = 32_768
@@ -32,6 +37,7 @@ class Reserver:
         # same entries are in force, and a model's output limit. Keys come from clients: bounded.
         self._entries: dict[tuple[str | None, str | None, str | None, int], Price | None] = {}
         self._outputs: dict[str | None, int] = {}
+        self._ceilings: dict[tuple[str | None, int], tuple[int, int] | None] = {}
 
     def worst_case(self, model_requested: str | None, tier_requested: str | None, upstream: str | None,
                    request: Any, body_bytes: int, at: datetime) -> int | None:
@@ -48,9 +54,30 @@ class Reserver:
             return None
         input_side = min(body_bytes, MAX_TOKENS)
         r = rates_for(price, input_side)
-        per_input = max(r.input, r.cache_read, r.cache_write, r.cache_write_1h)
-        output = min(self.max_output(model_requested, request), MAX_TOKENS)
-        micros = input_side * per_input + output * r.output
+        return self._bound(input_side, _per_input(r), min(self.max_output(model_requested, request), MAX_TOKENS),
+                           r.output)
+
+    def ceiling_case(self, model_requested: str | None, upstream: str | None, request: Any, body_bytes: int,
+                     at: datetime) -> int:
+        """Units a request whose model has no price can cost at most, whichever priced model the
+        upstream answers with: its input side at the dearest input-side rate and its output at
+        the dearest output rate of every entry in force for that upstream, any tier, any band.
+        0 when no entry applies there (then no answer can be priced now)."""
+        key = (upstream, self.book.epoch(at))
+        if key not in self._ceilings:
+            if len(self._ceilings) >= _MEMO:
+                self._ceilings.clear()
+            self._ceilings[key] = _ceiling(self.book.in_force(at), upstream)
+        ceiling = self._ceilings[key]
+        if ceiling is None:
+            return 0
+        input_side = min(body_bytes, MAX_TOKENS)
+        return self._bound(input_side, ceiling[0], min(self.max_output(model_requested, request), MAX_TOKENS),
+                           ceiling[1])
+
+    @staticmethod
+    def _bound(input_side: int, per_input: int, output: int, per_output: int) -> int:
+        micros = input_side * per_input + output * per_output
         # Rounded up: a bound, never below the real cost. Past MAX_RESERVATION no budget can hold it.
         return min(-(-micros // MICROS_PER_UNIT), MAX_RESERVATION)
 
@@ -91,3 +118,16 @@ class Reserver:
                 self._outputs.clear()
             self._outputs[model] = found
         return found
+
+
+def _per_input(r: Rates) -> int:
+    return max(r.input, r.cache_read, r.cache_write, r.cache_write_1h)
+
+
+def _ceiling(entries: Sequence[Price], upstream: str | None) -> tuple[int, int] | None:
+    """(input-side, output) micro-units per token: the dearest of every level of every entry that
+    can price an answer from `upstream` (those naming another upstream never do)."""
+    levels = [r for p in entries if p.upstream is None or p.upstream == upstream for r in rates(p)]
+    if not levels:
+        return None
+    return max(_per_input(r) for r in levels), max(r.output for r in levels)

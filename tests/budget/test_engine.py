@@ -124,7 +124,10 @@ def test_a_model_without_a_price_is_refused_unless_allowed(db_url: str, ledgers:
 
     got = asyncio.run(unpriced(engine(ledger, budget("1"), "a")))
     assert isinstance(got, Rejection) and got.reason == "unpriced"
-    assert asyncio.run(unpriced(engine(ledger, budget("1", allow_unpriced=True), "a"))) == (None, None)
+    # Allowed, it still holds a reservation: at the dearest rates of the entries (here m's, $1 and
+    # $2 a million), as the upstream may answer with a priced model.
+    got = asyncio.run(unpriced(engine(ledger, budget("1", allow_unpriced=True), "a")))
+    assert not isinstance(got, Rejection) and got[0] == 10 * 10_000 + 5 * 20_000 and got[1]
 
 
 def test_budgets_match_tenant_and_tag(db_url: str, ledgers: list[Ledger]) -> None:
@@ -135,19 +138,46 @@ def test_budgets_match_tenant_and_tag(db_url: str, ledgers: list[Ledger]) -> Non
     assert isinstance(asyncio.run(e.admit("search", "rag", "m", None, "up", REQUEST, 1000, AT)), Rejection)
 
 
+def age_leases(ledger: Ledger, replica: str, seconds: int) -> None:
+    """As if `seconds` passed since the replica's leases were last renewed, by any clock."""
+    with ledger.store.budget_locked(None) as session:
+        session.execute(f"UPDATE budget_leases SET expires_at = expires_at - {seconds * 1_000_000} "
+                        f"WHERE id LIKE {ledger.store.mark}", (f"{replica}.%",))
+
+
 def test_a_killed_replicas_lease_stops_counting_after_90_seconds(db_url: str, ledgers: list[Ledger]) -> None:
     ledger = started(db_url, ledgers)
     b = budget("0.01")
-    now = [AT.timestamp()]
 
     async def run() -> None:
-        dead = engine(ledger, b, "dead", clock=lambda: now[0])
+        dead = engine(ledger, b, "dead")
         assert not isinstance(await admit(dead), Rejection)  # its lease holds part of the room
-        alive = engine(ledger, b, "alive", clock=lambda: now[0])
+        alive = engine(ledger, b, "alive")
         held = await asyncio.gather(*(admit(alive) for _ in range(5)))
         assert sum(1 for h in held if not isinstance(h, Rejection)) < 5
-        now[0] += 91  # no renewal from the dead replica since
+        age_leases(ledger, "dead", 91)  # no renewal from the dead replica since
         late = await asyncio.gather(*(admit(alive) for _ in range(5)))
+        assert sum(1 for h in late if not isinstance(h, Rejection)) >= 1
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("skew_s", [-120, 120])
+def test_on_postgresql_leases_expire_by_the_databases_clock(pg_url: str, ledgers: list[Ledger], skew_s: int) -> None:
+    # Replicas whose wall clocks differ by two minutes: neither takes the other's lease as expired
+    # (nor as alive past its time), because expiry is written and read by PostgreSQL's clock.
+    ledger = started(pg_url, ledgers)
+    b = budget("0.01")  # room for 5 reservations of R
+
+    async def run() -> None:
+        off = engine(ledger, b, "off", clock=lambda: time.time() + skew_s)
+        first = [await admit(off) for _ in range(3)]
+        assert not any(isinstance(f, Rejection) for f in first)
+        right = engine(ledger, b, "right")
+        more = await asyncio.gather(*(admit(right) for _ in range(5)))
+        assert sum(1 for m in more if not isinstance(m, Rejection)) <= 2
+        age_leases(ledger, "off", 91)  # the skewed replica died 91 s ago, by the database's clock
+        late = await asyncio.gather(*(admit(right) for _ in range(5)))
         assert sum(1 for h in late if not isinstance(h, Rejection)) >= 1
 
     asyncio.run(run())

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from decimal import Decimal
 
 from pricing import Price, PriceBook
+from pricing.model import Band
 from proxy.budget.reserve import DEFAULT_MAX_OUTPUT, Reserver
 from proxy.settings import ModelLimit
 
@@ -44,3 +46,17 @@ def test_a_synchronous_request_asking_for_the_batch_tier_reserves_at_standard() 
 
 def test_a_model_with_no_price_has_no_bound() -> None:
     assert Reserver(PriceBook([PRICE])).worst_case("other", None, None, {}, 10, T0) is None
+
+
+def test_a_model_with_no_price_is_bounded_at_the_dearest_rates_its_upstream_can_be_billed_at() -> None:
+    # Input side: the band's cache write at $4; output: another model's $9; the $100 entry of
+    # another upstream and the entry not yet in force never price an answer from "up".
+    banded = replace(PRICE, model="b", match=("b",), bands=(Band(1000, cache_write=Decimal(4)),))
+    other = replace(PRICE, model="o", match=("o",), output=Decimal(9))
+    elsewhere = replace(PRICE, model="e", match=("e",), input=Decimal(100), output=Decimal(100), upstream="x")
+    later = replace(PRICE, model="l", match=("l",), output=Decimal(100),
+                    effective_from=datetime(2027, 1, 1, tzinfo=UTC))
+    r = Reserver(PriceBook([PRICE, banded, other, elsewhere, later]))
+    assert r.ceiling_case("deployment-7", "up", {"max_tokens": 10, "n": 2}, 100, T0) == 100 * 40_000 + 20 * 90_000
+    assert r.ceiling_case(None, "x", {"max_tokens": 10}, 100, T0) == 100 * 1_000_000 + 10 * 1_000_000
+    assert Reserver(PriceBook([elsewhere])).ceiling_case("m", "up", {}, 100, T0) == 0

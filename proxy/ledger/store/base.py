@@ -130,6 +130,9 @@ class SqlStore(ABC):
     mark: ClassVar[str]  # the driver's parameter mark
     id_order: ClassVar[str]  # how ids sort: by their bytes on both backends
     timestamp: ClassVar[str]  # schema_migrations.applied_at's type and default
+    # The database's own clock in UTC microseconds (`now_us`), for budget leases: replicas on
+    # several hosts must compare expiries with one clock. None: the one process's clock (SQLite).
+    clock_sql: ClassVar[str | None]
     per_replica_journal: ClassVar[bool]
 
     def __init__(self, shown: str, *, read_only: bool) -> None:

@@ -11,6 +11,11 @@ the record's cost to `spent` (proxy/ledger/store/sqlite.py, postgres.py): a rese
 becomes its real cost in one step, never both or neither. A lease not renewed for
 LEASE_TTL_US (its replica died) stops counting by itself.
 
+Expiry is decided by one clock: every `now_us` here comes from `clock` (the database's own
+clock on PostgreSQL), never from a replica's wall clock. A replica whose clock is off would
+otherwise write expiries in its own time and read the others' in it: one two minutes behind
+writes leases the others take as expired, and their room is handed out twice.
+
 Spent and the leases are read in one statement: on PostgreSQL each statement sees one
 snapshot, so an import committing between two reads cannot hide its cost from both.
 """
@@ -69,6 +74,13 @@ def _filters(scope: Scope, mark: str) -> tuple[str, tuple[object, ...]]:
         sql += f" AND tag = {mark}"  # a budget's tag is never empty, so an untagged row never matches
         params = (*params, scope.tag)
     return sql, params
+
+
+def clock(session: Session, clock_sql: str | None, local_us: int) -> int:
+    """Now, in UTC microseconds, by the database's clock (`local_us` when it has none to offer)."""
+    if clock_sql is None:
+        return local_us
+    return exact(session.fetch(clock_sql)[0]["now_us"])
 
 
 def standing_sql(scope: Scope, mark: str, lease_id: str, now_us: int) -> tuple[str, tuple[object, ...]]:

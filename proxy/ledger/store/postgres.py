@@ -56,6 +56,8 @@ class PostgresStore(SqlStore):
     mark = "%s"
     id_order = 'id COLLATE "C"'  # ids order by their bytes, as in SQLite, whatever the database's locale
     timestamp = "TIMESTAMPTZ NOT NULL DEFAULT now()"
+    # clock_timestamp(), not now(): now() is the transaction's start, before the budget's lock was waited for.
+    clock_sql = "SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::bigint AS now_us"
     per_replica_journal = True  # replicas on several hosts, or several on one: never one folder for two
 
     def __init__(self, url: str, busy_timeout_s: float = 5.0, *, read_only: bool = False) -> None:

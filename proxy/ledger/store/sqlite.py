@@ -90,6 +90,7 @@ class SqliteStore(SqlStore):
     mark = "?"
     id_order = "id"
     timestamp = "TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP"
+    clock_sql = None  # one process holds the budget's leases: its own clock is the only one
     per_replica_journal = False  # one file on one host: its processes share the journal beside it
 
     def __init__(self, path: Path, busy_timeout_s: float = 5.0, *, read_only: bool = False,
