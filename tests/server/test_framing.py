@@ -323,3 +323,44 @@ def test_chunked_followed_by_a_tab_is_refused(encoding: bytes) -> None:
 
     run(main)
     assert app.seen == []
+
+
+# -- header fields ---------------------------------------------------------------------------
+@settings(max_examples=10, deadline=None)
+@given(cuts=CUTS)
+def test_more_header_fields_than_the_limit_get_431_however_small(cuts: list[int]) -> None:
+    app = Echo()
+    many = b"".join(b"a%d: b\r\n" % i for i in range(300))  # 3 KB: far under the byte limit
+
+    async def main() -> None:
+        conn = Conn(app)
+        await conn.feed(split(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n" + many + b"\r\n", cuts))
+        assert statuses(conn) == [431] and conn.transport.closed
+
+    run(main)
+    assert app.seen == []
+
+
+def test_trailers_count_towards_the_header_field_limit() -> None:
+    app = Echo()
+    trailers = b"".join(b"t%d: b\r\n" % i for i in range(250))
+
+    async def main() -> None:
+        conn = Conn(app)
+        await conn.feed([b"POST /v1/files HTTP/1.1\r\nHost: x\r\n" + b"".join(b"h%d: v\r\n" % i for i in range(10))
+                         + b"Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n" + trailers + b"\r\n"])
+        assert statuses(conn) == [431] and conn.transport.closed
+
+    run(main)
+
+
+def test_a_head_of_an_ordinary_size_passes() -> None:
+    app = Echo()
+    fields = b"".join(b"x-f%d: v\r\n" % i for i in range(200))
+
+    async def main() -> None:
+        conn = Conn(app)
+        await conn.feed([b"GET /v1/models HTTP/1.1\r\nHost: x\r\n" + fields + b"\r\n"])
+        assert statuses(conn) == [200]
+
+    run(main)
