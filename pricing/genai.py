@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from pricing.genai_data import FIRST_EFFECTIVE, PACKAGE, Data, ProviderTable, Skipped, convert, load
-from pricing.genai_verify import imported_from, verify
+from pricing.genai_verify import Filled, imported_from, verify
 from pricing.loader import PriceTableError, check_dir, load_dir
 from pricing.model import Price
 from pricing.toml_writer import entry_text, price_text, table_text
@@ -68,6 +68,7 @@ class ImportResult:
     added: dict[str, int] = field(default_factory=dict)  # file name -> entries appended or written
     skipped: list[Skipped] = field(default_factory=list)
     unchanged: int = 0  # model-tier histories already in the directory at the same prices
+    filled: list[Filled] = field(default_factory=list)  # categories written at the input price, not compared
 
 
 def select(data: Data, providers: Sequence[str] | None) -> list[Any]:
@@ -129,9 +130,10 @@ def _verified(data: Data, appended: dict[str, list[Price]], existing: list[Price
     Leaving something out can hand a name to another model, so it is checked again until clean."""
     for _ in range(20):
         writing = {e.model for es in appended.values() for e in es}
-        found = [f for f in verify(data, [*existing, *(e for es in appended.values() for e in es)], only=writing,
-                                   since=since) if f.model in writing]
+        checked = verify(data, [*existing, *(e for es in appended.values() for e in es)], only=writing, since=since)
+        found = [f for f in checked.mismatches if f.model in writing]
         if not found:
+            result.filled = [f for f in checked.filled if f.model in writing]
             return appended
         gone: set[str] = set()
         names: dict[str, set[str]] = {}
@@ -306,6 +308,8 @@ def _write(out: Path, appended: dict[str, list[Price]], version: str) -> None:
 def print_import(result: ImportResult, out: Path, version: str, stream: TextIO) -> None:
     for s in result.skipped:
         print(f"skipped  {s}", file=stream)
+    for f in result.filled:
+        print(f"filled   {f}", file=stream)
     for name, n in sorted(result.added.items()):
         print(f"wrote    {out / name}: {n} new {'entry' if n == 1 else 'entries'}", file=stream)
     kinds = _skip_kinds(result.skipped)
@@ -318,7 +322,6 @@ def print_import(result: ImportResult, out: Path, version: str, stream: TextIO) 
 
 def _skip_kinds(skipped: Iterable[Skipped]) -> dict[str, int]:
     kinds = {"parts an entry cannot hold": "models with per-request fees or token rates of their own",
-             "no output token price": "models without an output price",
              "calculator prices it otherwise": "models genai-prices' calculator prices otherwise",
              "left out: name": "names genai-prices prices as another model",
              "time-of-day": "time-of-day prices", "cannot be held by a price entry": "prices of other units",
@@ -368,11 +371,12 @@ def diff_tables(data: Data, directory: Path, at: datetime) -> tuple[list[Differe
     """Imported entries that genai-prices' calculator prices otherwise (`verify`: every date, band
     edge, category and tier, plus `at`), models a fresh import would write that the directory
     lacks, and hand-written entries whose prices in force at `at` differ; and notes: what a fresh
-    import skips, with its reason (listed, never counted as a difference)."""
+    import skips, with its reason, and the categories filled with the input price that were not
+    compared with genai-prices (listed, never counted as differences)."""
     prices = load_dir(directory)
     imported = {pid for p in prices if (pid := imported_from(p)) is not None}
-    found = [Difference(f.model, f.tier, None, f"{f.what} ({PACKAGE} {f.provider})")
-             for f in verify(data, prices, instants=[at])]
+    checked = verify(data, prices, instants=[at])
+    found = [Difference(f.model, f.tier, None, f"{f.what} ({PACKAGE} {f.provider})") for f in checked.mismatches]
     # A fresh import of every provider: one of fewer providers writes at least what it writes for them.
     fresh, result = plan_import(data, [], data.providers, (), {}, at.date())
     have = {(p.model.lower(), p.tier) for p in prices}
@@ -382,6 +386,7 @@ def diff_tables(data: Data, directory: Path, at: datetime) -> tuple[list[Differe
                 found.append(Difference(model, tier, None, f"only in {PACKAGE} ({pid}), not in {directory}"))
     notes = [f"skipped  {s}" for s in result.skipped
              if s.provider in imported and s.model.lower() not in {k[0] for k in have}]
+    notes += [f"filled   {f}" for f in checked.filled]
     by_hand, hand_notes = _by_hand(data, prices, at, directory)
     return found + by_hand, notes + hand_notes
 

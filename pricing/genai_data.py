@@ -134,8 +134,8 @@ def _model(data: Data, provider: Any, m: Any, claimed: dict[str, str]) -> tuple[
 def cannot_hold(m: Any, t: Any) -> str | None:
     """Why an entry cannot price the model as genai-prices does, or None: a price on every request,
     or on tokens llmmeter bills inside input or output (reasoning, citations, audio, images, video)
-    at a rate of their own — written, it would underprice them. A model without an output price
-    is billed 0 for output there, which an entry never says for a price it was not given."""
+    at a rate of their own — written, it would underprice them. (A model without an output price,
+    such as an embedding model, is written: its output takes the input price, as SPEC says.)"""
     prices = [m.prices] if isinstance(m.prices, t.ModelPrice) else [c.prices for c in m.prices]
     every = prices + [v.prices for v in m.price_variants or ()]
     keys = {k for p in every for k in _keys(p)}
@@ -149,9 +149,6 @@ def cannot_hold(m: Any, t: Any) -> str | None:
     if parts:
         return f"its price has parts an entry cannot hold: {' and '.join(parts)}; left out rather than " \
                f"written underpriced"
-    if any("input_mtok" in _keys(p) and "output_mtok" not in _keys(p) for p in prices):
-        return f"no output token price ({PACKAGE} bills output at 0; an entry never prices a category it " \
-               f"was not given at 0): left out"
     return None
 
 

@@ -9,6 +9,13 @@ and 1-hour cache writes, output, reasoning and citation output, web searches), a
 every request context genai-prices maps to it. Names are checked by model id: a name that is
 another model's id, or that genai-prices' provider prices as another model, must not reach an
 imported model. The importer writes only what passes; `prices diff` and the tests call it too.
+
+A category genai-prices has no price for is billed 0 by its calculator, where SPEC has the import
+give it the input price, never 0. Where a resolved genai-prices price lacks a category its
+calculator would bill at 0 (output: embedding models have only an input price), that category is
+not compared with genai-prices: it is checked to be the input price (genai-prices' calculator run
+on its own price with the input price in that category's place), and the result names it as
+`Filled`. Cache reads and writes it lacks need no such step: its calculator bills them as input.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from typing import Any
 
 from pricing.book import STANDARD, PriceBook
 from pricing.calculator import MAX_TOKENS, Tokens, price_tokens, usd
-from pricing.genai_data import FIRST_EFFECTIVE, PACKAGE, Data, tier_of
+from pricing.genai_data import FIRST_EFFECTIVE, PACKAGE, TOKEN_KEYS, Data, tier_of
 from pricing.model import Price, is_glob
 
 TOLERANCE = Decimal("1e-10")  # USD: one unit of the ledger
@@ -48,6 +55,30 @@ class Mismatch:
         return f"{self.provider}: {self.model} {self.tier}: {self.what}"
 
 
+@dataclass(frozen=True, slots=True)
+class Filled:
+    """An imported model with categories genai-prices has no price for: filled with the input price
+    (SPEC: never 0) and checked to be it, not compared with genai-prices' calculator (which bills 0)."""
+
+    provider: str
+    model: str
+    categories: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return (f"{self.provider}: {self.model}: {' and '.join(self.categories)} filled with the input price "
+                f"({PACKAGE} has none; its calculator bills {'them' if len(self.categories) > 1 else 'it'} at 0): "
+                f"not compared with {PACKAGE}")
+
+
+@dataclass(frozen=True, slots=True)
+class Verification:
+    """What `verify` found: the disagreements (none: every entry agrees), and the categories
+    filled with the input price that were not compared with genai-prices."""
+
+    mismatches: list[Mismatch]
+    filled: list[Filled]
+
+
 def imported_from(p: Price) -> str | None:
     """The genai-prices provider an entry was imported from; None for an entry written by hand."""
     m = _PROVIDER_IN_SOURCE.match(p.source)
@@ -55,7 +86,7 @@ def imported_from(p: Price) -> str | None:
 
 
 def verify(data: Data, prices: Sequence[Price], *, only: Iterable[str] | None = None,
-           instants: Iterable[datetime] = (), since: datetime = FIRST_EFFECTIVE) -> list[Mismatch]:
+           instants: Iterable[datetime] = (), since: datetime = FIRST_EFFECTIVE) -> Verification:
     """Every imported model (of `only`, if given) whose entries price a sample request otherwise
     than genai-prices does, and every name that reaches an imported model genai-prices does not
     price it as. `instants` are extra times to check beside the dates prices change; nothing
@@ -65,6 +96,7 @@ def verify(data: Data, prices: Sequence[Price], *, only: Iterable[str] | None = 
               for pid in (prov.id,)}
     wanted = set(only) if only is not None else None
     out: list[Mismatch] = []
+    filled: dict[tuple[str, str], set[str]] = {}
     histories: dict[tuple[str, str, str | None], list[Price]] = {}
     for p in book.prices:
         pid = imported_from(p)
@@ -76,24 +108,31 @@ def verify(data: Data, prices: Sequence[Price], *, only: Iterable[str] | None = 
             out.append(Mismatch(pid, model, "-", f"{PACKAGE} {data.version} has no model {model!r} in provider "
                                                  f"{pid}"))
             continue
-        bad = check_prices(data, book, found[0], found[1], entries, upstream, [*instants, since], since)
+        memo = Theirs()
+        bad = check_prices(data, book, found[0], found[1], entries, upstream, [*instants, since], since, memo)
         if bad is not None:
             out.append(bad)
+        if memo.filled:
+            filled.setdefault((pid, model), set()).update(memo.filled)
     out += check_names(data, book, wanted)
-    return out
+    order = [k for k in TOKEN_KEYS.values()]
+    return Verification(out, [Filled(pid, model, tuple(sorted(cats, key=order.index)))
+                              for (pid, model), cats in sorted(filled.items())])
 
 
 # ---- prices ---------------------------------------------------------------------------------------
 
 def check_prices(data: Data, book: PriceBook, m: Any, provider: Any, entries: list[Price], upstream: str | None,
-                 instants: Iterable[datetime], since: datetime = FIRST_EFFECTIVE) -> Mismatch | None:
-    """The first sample, over every tier, date, band edge and category, priced differently."""
+                 instants: Iterable[datetime], since: datetime = FIRST_EFFECTIVE, memo: Theirs | None = None
+                 ) -> Mismatch | None:
+    """The first sample, over every tier, date, band edge and category, priced differently; the
+    categories filled with the input price are added to `memo.filled`."""
     t = data.types
     contexts = tier_contexts(m)
     for tier in sorted({p.tier for p in entries} - contexts.keys()):
         contexts[tier] = [{"processing": "batch"} if tier == "batch" else {"service_tier": tier}]
     times = [x for x in _instants(m, t, entries, instants) if x >= since]
-    memo = Theirs()
+    memo = Theirs() if memo is None else memo
     sizes = _sizes(m, t, entries)
     for tier, ctxs in contexts.items():
         for at in times:
@@ -125,15 +164,24 @@ def tier_contexts(m: Any) -> dict[str, list[dict[str, str] | None]]:
 class Theirs:
     """genai-prices' price of a usage: its own resolution (`ModelInfo.get_prices`, the step
     `calc_price` takes for a model and context at a time) and its own arithmetic
-    (`ModelPrice.calc_price`), remembered per resolved price, since most samples repeat one."""
+    (`ModelPrice.calc_price`), remembered per resolved price, since most samples repeat one. A
+    resolved price without an output price gets the input price there (SPEC: a category the data
+    lacks takes the input price, never 0); `filled` collects the categories so filled."""
 
     def __init__(self) -> None:
         self._memo: dict[tuple[str, tuple[tuple[str, int], ...]], Decimal | str] = {}
+        self.filled: set[str] = set()
 
     def price(self, m: Any, usage: dict[str, int], at: datetime, ctx: dict[str, str] | None) -> Decimal | str:
         import genai_prices
 
         resolved = m.get_prices(at, ctx)
+        keys = {k: v for k, v in vars(resolved).items() if not k.startswith("_") and v is not None}
+        if "input_mtok" in keys and "output_mtok" not in keys:
+            # Its calculator bills output it has no price for at 0; llmmeter bills it at the input price.
+            resolved = type(resolved)(**{**keys, "output_mtok": keys["input_mtok"]})
+            if usage.get("output_tokens"):
+                self.filled.add("output")
         key = (repr(resolved), tuple(sorted(usage.items())))
         found = self._memo.get(key)
         if found is None:

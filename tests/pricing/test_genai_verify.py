@@ -53,7 +53,11 @@ def test_a_fresh_import_of_every_provider_passes_the_verification(data: Data, ev
     # pinned release, priced as genai-prices' calculator prices it at every sample.
     prices = load_dir(everything)
     assert len({p.source.split("provider ")[1].split(",")[0] for p in prices}) > 20
-    assert verify(data, prices) == []
+    checked = verify(data, prices)
+    assert checked.mismatches == []
+    # Embedding models are written (output at the input price, never 0) and named as filled.
+    assert {"text-embedding-3-small", "text-embedding-ada-002", "codestral-embed-2505", "voyage-3"} <= \
+        {f.model for f in checked.filled if f.categories == ("output",)}
     # `prices diff` runs the same verification: right after an import, nothing differs, and
     # what the import skipped is listed as skipped.
     found, notes = diff_tables(data, everything, datetime(2026, 12, 6, tzinfo=UTC))
@@ -63,7 +67,12 @@ def test_a_fresh_import_of_every_provider_passes_the_verification(data: Data, ev
 
 
 def test_the_shipped_tables_pass_the_verification(data: Data) -> None:
-    assert verify(data, load_dir(default_tables_dir())) == []
+    checked = verify(data, load_dir(default_tables_dir()))
+    assert checked.mismatches == []
+    # Embedding models are in them, their output at the input price (SPEC: never 0).
+    filled = {f.model for f in checked.filled}
+    assert {"text-embedding-3-small", "text-embedding-3-large", "text-embedding-ada-002",
+            "codestral-embed-2505"} <= filled
 
 
 def test_a_dated_variant_applies_from_its_own_start_date(data: Data, tmp_path: Path) -> None:
@@ -114,10 +123,47 @@ def test_the_verification_catches_a_tier_dated_too_early(data: Data, tmp_path: P
     text = table.read_text()
     assert "effective_from = 2026-10-14T00:00:00Z" in text
     table.write_text(text.replace("effective_from = 2026-10-14T00:00:00Z", "effective_from = 2000-01-01T00:00:00Z"))
-    found = verify(data, load_dir(tmp_path))
+    found = verify(data, load_dir(tmp_path)).mismatches
     assert [(f.model, f.tier) for f in found] == [("o1-pro", "batch")]
     assert found[0].what == ("2000-01-01 00:00:00Z, 98,765 input tokens ({'processing': 'batch'}): "
                              "llmmeter $7.407375, genai-prices $14.81475")
     r = subprocess.run([sys.executable, "-m", "proxy", "prices", "diff", str(tmp_path), "--against",
                         "genai-prices"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 1 and "differs  o1-pro batch: " in r.stdout, r.stdout + r.stderr
+
+
+def test_an_embedding_model_is_imported_with_output_at_the_input_price(data: Data, tmp_path: Path) -> None:
+    # genai-prices has only an input price for embedding models; its calculator bills output at 0.
+    # SPEC: a category the data lacks takes the input price, never 0. The verification compares
+    # what genai-prices prices and names the filled category instead of dropping the model.
+    result = import_tables(data, tmp_path, providers=["openai", "mistral"],
+                           models=["text-embedding-3-small", "codestral-embed-2505"], today=TODAY)
+    assert result.skipped == []
+    assert [str(f) for f in result.filled] == [
+        "mistral: codestral-embed-2505: output filled with the input price (genai-prices has none; its calculator "
+        "bills it at 0): not compared with genai-prices",
+        "openai: text-embedding-3-small: output filled with the input price (genai-prices has none; its calculator "
+        "bills it at 0): not compared with genai-prices"]
+    prices = load_dir(tmp_path)
+    small = [p for p in prices if p.model == "text-embedding-3-small"]
+    assert [(p.tier, p.input, p.output, p.cache_read, p.cache_write) for p in small] == \
+        [("standard", Decimal("0.02"), Decimal("0.02"), Decimal("0.02"), Decimal("0.02"))]
+    checked = verify(data, prices)
+    assert checked.mismatches == []
+    assert [(f.model, f.categories) for f in checked.filled] == [("codestral-embed-2505", ("output",)),
+                                                                  ("text-embedding-3-small", ("output",))]
+    book = PriceBook(prices)
+    now = datetime(2026, 12, 6, tzinfo=UTC)
+    # Input alone is exactly genai-prices' price; output costs the input price, never 0.
+    assert cost(book, "text-embedding-3-small", "standard", now, Tokens(1_000_000, 0, 0, 0)) == \
+        theirs("text-embedding-3-small", "openai", None, now, Tokens(1_000_000, 0, 0, 0)) == Decimal("0.02")
+    assert cost(book, "text-embedding-3-small", "standard", now, Tokens(0, 0, 0, 1_000_000)) == Decimal("0.02")
+    found, notes = diff_tables(data, tmp_path, now)
+    assert [d for d in found if not d.what.startswith("only in")] == []  # the rest: models not imported here
+    assert "filled   openai: text-embedding-3-small: output filled with the input price (genai-prices has none; " \
+           "its calculator bills it at 0): not compared with genai-prices" in notes
+    # An output price other than the input price is still caught, against the input price.
+    table = tmp_path / "genai-prices-openai.toml"
+    table.write_text(table.read_text().replace('output = "0.02"', 'output = "0"'))
+    found_after = verify(data, load_dir(table.parent)).mismatches
+    assert [(f.model, f.tier) for f in found_after] == [("text-embedding-3-small", "standard")]
