@@ -11,7 +11,6 @@ keeps its model and tier: the import leaves them to it and says so.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -20,14 +19,14 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, TextIO
 
-from pricing.genai_data import PACKAGE, Data, ProviderTable, Skipped, convert, load
+from pricing.genai_data import FIRST_EFFECTIVE, PACKAGE, Data, ProviderTable, Skipped, convert, load
+from pricing.genai_verify import Filled, imported_from, verify
 from pricing.loader import PriceTableError, check_dir, load_dir
 from pricing.model import Price
 from pricing.toml_writer import entry_text, price_text, table_text
 from proxy.errors import ConfigError
 
 FILE_PREFIX = "genai-prices-"
-_PROVIDER_IN_SOURCE = re.compile(rf"^{re.escape(PACKAGE)} \S+ .*?provider (\S+), model ")
 _FIELDS = ("input", "output", "cache_read", "cache_write", "cache_write_1h", "web_search_per_1k")
 _BAND_FIELDS = ("input", "output", "cache_read", "cache_write", "cache_write_1h")
 Key = tuple[str, str, str | None, str | None]  # model (lower-cased), tier, upstream, inference_geo
@@ -35,12 +34,6 @@ Key = tuple[str, str, str | None, str | None]  # model (lower-cased), tier, upst
 
 def table_name(provider: str) -> str:
     return f"{FILE_PREFIX}{provider}.toml"
-
-
-def imported_from(p: Price) -> str | None:
-    """The genai-prices provider an entry was imported from; None for an entry written by hand."""
-    m = _PROVIDER_IN_SOURCE.match(p.source)
-    return m.group(1) if m else None
 
 
 def differences(a: Price, b: Price) -> list[str]:
@@ -75,6 +68,7 @@ class ImportResult:
     added: dict[str, int] = field(default_factory=dict)  # file name -> entries appended or written
     skipped: list[Skipped] = field(default_factory=list)
     unchanged: int = 0  # model-tier histories already in the directory at the same prices
+    filled: list[Filled] = field(default_factory=list)  # categories written at the input price, not compared
 
 
 def select(data: Data, providers: Sequence[str] | None) -> list[Any]:
@@ -108,15 +102,53 @@ def import_tables(data: Data, out: Path, *, providers: Sequence[str] | None = No
         raise ConfigError(f"--upstream names provider {', '.join(map(repr, stray))}, which this import does not "
                           f"read")
     day = today or datetime.now(UTC).date()
-    now = datetime(day.year, day.month, day.day, tzinfo=UTC)
     existing = _existing(out)
+    appended, result = plan_import(data, existing, chosen, models, upstreams, day)
+    _write(out, appended, data.version)
+    return result
+
+
+def plan_import(data: Data, existing: list[Price], chosen: Sequence[Any], models: Sequence[str],
+                upstreams: dict[str, str], day: date) -> tuple[dict[str, list[Price]], ImportResult]:
+    """What an import appends to each provider's table (nothing written), and what it skips: only
+    entries that `verify` finds priced as genai-prices prices them, with their names."""
+    now = datetime(day.year, day.month, day.day, tzinfo=UTC)
     tables = [convert(data, p, models) for p in chosen]
     result = ImportResult(skipped=[s for t in tables for s in t.skipped])
     planned = _resolve_claims(tables, upstreams, result)
-    appended = _plan(planned, existing, now, result)
-    _write(out, appended, data.version)
+    appended = _verified(data, _plan(planned, existing, now, result), existing, result,
+                         since=now if existing else FIRST_EFFECTIVE)
     result.added = {table_name(p): len(entries) for p, entries in appended.items() if entries}
-    return result
+    return appended, result
+
+
+def _verified(data: Data, appended: dict[str, list[Price]], existing: list[Price], result: ImportResult,
+              since: datetime) -> dict[str, list[Price]]:
+    """`appended` less what genai-prices' calculator disagrees with: a name that reaches a model
+    genai-prices does not price it as is left out of that model's names; a model priced otherwise
+    at any sample is left out whole (its traffic stays unpriced and alarmed, never priced wrong).
+    Leaving something out can hand a name to another model, so it is checked again until clean."""
+    for _ in range(20):
+        writing = {e.model for es in appended.values() for e in es}
+        checked = verify(data, [*existing, *(e for es in appended.values() for e in es)], only=writing, since=since)
+        found = [f for f in checked.mismatches if f.model in writing]
+        if not found:
+            result.filled = [f for f in checked.filled if f.model in writing]
+            return appended
+        gone: set[str] = set()
+        names: dict[str, set[str]] = {}
+        for f in found:
+            mine = [e for e in appended.get(f.provider, ()) if e.model == f.model]
+            if f.glob is not None and any(f.glob in e.match for e in mine):
+                names.setdefault(f.model, set()).add(f.glob)
+                result.skipped.append(Skipped(f.provider, f.model, f"name {f.glob!r} left out: {f.what}"))
+            elif f.model not in gone:
+                gone.add(f.model)
+                result.skipped.append(Skipped(f.provider, f.model, f"not written, {PACKAGE}'s calculator prices it "
+                                                                   f"otherwise: {f.tier}: {f.what}"))
+        appended = {pid: [replace(e, match=tuple(n for n in e.match if n not in names.get(e.model, ())))
+                          for e in es if e.model not in gone] for pid, es in appended.items()}
+    raise ConfigError("prices import: the verification against genai-prices did not settle; nothing was written")
 
 
 def _existing(out: Path) -> list[Price]:
@@ -276,6 +308,8 @@ def _write(out: Path, appended: dict[str, list[Price]], version: str) -> None:
 def print_import(result: ImportResult, out: Path, version: str, stream: TextIO) -> None:
     for s in result.skipped:
         print(f"skipped  {s}", file=stream)
+    for f in result.filled:
+        print(f"filled   {f}", file=stream)
     for name, n in sorted(result.added.items()):
         print(f"wrote    {out / name}: {n} new {'entry' if n == 1 else 'entries'}", file=stream)
     kinds = _skip_kinds(result.skipped)
@@ -287,7 +321,10 @@ def print_import(result: ImportResult, out: Path, version: str, stream: TextIO) 
 
 
 def _skip_kinds(skipped: Iterable[Skipped]) -> dict[str, int]:
-    kinds = {"time-of-day": "time-of-day prices", "cannot be held by a price entry": "prices of other units",
+    kinds = {"parts an entry cannot hold": "models with per-request fees or token rates of their own",
+             "calculator prices it otherwise": "models genai-prices' calculator prices otherwise",
+             "left out: name": "names genai-prices prices as another model",
+             "time-of-day": "time-of-day prices", "cannot be held by a price entry": "prices of other units",
              "variant": "request variants", "regex": "name patterns no glob says",
              "more than": "prices rounded to 10 places", "different prices": "models claimed at different prices",
              "written once": "models priced alike by several providers", "by hand": "kept as written by hand",
@@ -331,42 +368,53 @@ class Difference:
 
 
 def diff_tables(data: Data, directory: Path, at: datetime) -> tuple[list[Difference], list[str]]:
-    """Every model-tier whose price in force at `at` differs from genai-prices', or that one side
-    lacks; and notes on what was not compared."""
-    mine = _in_force(load_dir(directory), at)
-    imported = {pid for p in mine.values() if (pid := imported_from(p)) is not None}
+    """Imported entries that genai-prices' calculator prices otherwise (`verify`: every date, band
+    edge, category and tier, plus `at`), models a fresh import would write that the directory
+    lacks, and hand-written entries whose prices in force at `at` differ; and notes: what a fresh
+    import skips, with its reason, and the categories filled with the input price that were not
+    compared with genai-prices (listed, never counted as differences)."""
+    prices = load_dir(directory)
+    imported = {pid for p in prices if (pid := imported_from(p)) is not None}
+    checked = verify(data, prices, instants=[at])
+    found = [Difference(f.model, f.tier, None, f"{f.what} ({PACKAGE} {f.provider})") for f in checked.mismatches]
+    # A fresh import of every provider: one of fewer providers writes at least what it writes for them.
+    fresh, result = plan_import(data, [], data.providers, (), {}, at.date())
+    have = {(p.model.lower(), p.tier) for p in prices}
+    for pid, entries in ((pid, es) for pid, es in fresh.items() if pid in imported):
+        for model, tier in dict.fromkeys((e.model, e.tier) for e in entries):
+            if (model.lower(), tier) not in have:
+                found.append(Difference(model, tier, None, f"only in {PACKAGE} ({pid}), not in {directory}"))
+    notes = [f"skipped  {s}" for s in result.skipped
+             if s.provider in imported and s.model.lower() not in {k[0] for k in have}]
+    notes += [f"filled   {f}" for f in checked.filled]
+    by_hand, hand_notes = _by_hand(data, prices, at, directory)
+    return found + by_hand, notes + hand_notes
+
+
+def _by_hand(data: Data, prices: list[Price], at: datetime, directory: Path) -> tuple[list[Difference], list[str]]:
+    """Entries written by hand, in force at `at`, against every provider that lists the model."""
+    mine = {k: p for k, p in _in_force(prices, at).items() if imported_from(p) is None}
     ids = {p.model.lower() for p in mine.values()}
-    providers = [p for p in data.providers if p.id in imported or any(m.id.lower() in ids for m in p.models)]
-    theirs: dict[str, dict[tuple[str, str], Price]] = {}  # provider -> (model, tier) -> entry in force
-    for provider in providers:
-        table = convert(data, provider)
-        theirs[provider.id] = {(k[0], k[1]): p for k, p in _in_force(list(table.entries), at).items()}
+    theirs: dict[tuple[str, str], list[tuple[str, Price]]] = {}
+    for provider in data.providers:
+        if any(m.id.lower() in ids for m in provider.models):
+            for k, q in _in_force(list(convert(data, provider).entries), at).items():
+                theirs.setdefault((k[0], k[1]), []).append((provider.id, q))
     found: list[Difference] = []
     notes: list[str] = []
     for key, p in sorted(mine.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or "", kv[0][3] or "")):
         if p.inference_geo is not None:
-            notes.append(f"{p.model} {p.tier} inference_geo {p.inference_geo}: {PACKAGE} has no regions, not compared")
+            notes.append(f"note     {p.model} {p.tier} inference_geo {p.inference_geo}: {PACKAGE} has no regions, "
+                         f"not compared")
             continue
         where = f"{Path(p.file).name}:{p.line}"
-        source = imported_from(p)
-        claimants = [source] if source in theirs else [pid for pid in theirs if (key[0], key[1]) in theirs[pid]]
-        matches = [(pid, theirs[pid][(key[0], key[1])]) for pid in claimants if (key[0], key[1]) in theirs[pid]]
+        matches = theirs.get((key[0], key[1]), [])
         if not matches:
             found.append(Difference(p.model, p.tier, p.upstream, f"only in {directory} ({where}), not in {PACKAGE}"))
-            continue
-        if any(not differences(p, q) for _, q in matches):
-            continue
-        pid, q = matches[0]
-        found.append(Difference(p.model, p.tier, p.upstream, f"{'; '.join(differences(p, q))} ({where} → "
-                                f"{PACKAGE} {pid})"))
-    have = {(k[0], k[1]) for k in mine}
-    seen: set[tuple[str, str]] = set()
-    for pid in sorted(imported & theirs.keys()):
-        for (model, tier), q in sorted(theirs[pid].items()):
-            if (model, tier) in have or (model, tier) in seen:
-                continue
-            seen.add((model, tier))
-            found.append(Difference(q.model, tier, None, f"only in {PACKAGE} ({pid}), not in {directory}"))
+        elif all(differences(p, q) for _, q in matches):
+            pid, q = matches[0]
+            found.append(Difference(p.model, p.tier, p.upstream, f"{'; '.join(differences(p, q))} ({where} → "
+                                    f"{PACKAGE} {pid})"))
     return found, notes
 
 
@@ -389,9 +437,10 @@ def diff_command(args: argparse.Namespace) -> int:
     at = parse_when(args.at, ZoneInfo("UTC")) if args.at else datetime.now(UTC)
     data = load()
     found, notes = diff_tables(data, directory, at)
-    print(f"{directory} against {PACKAGE} {data.version}, prices in force at {at.isoformat()}")
+    print(f"{directory} against {PACKAGE} {data.version}'s calculator: every date prices change, and "
+          f"{at.isoformat()}")
     for note in notes:
-        print(f"note     {note}")
+        print(note)
     for d in found:
         print(f"{'missing' if d.what.startswith('only in') else 'differs'}  {d}")
     print(f"{len(found)} {'difference' if len(found) == 1 else 'differences'}" if found else "no differences")

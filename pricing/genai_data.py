@@ -107,6 +107,9 @@ def _model(data: Data, provider: Any, m: Any, claimed: dict[str, str]) -> tuple[
     match = tuple(n for n in dict.fromkeys([m.id, *mine]))
     source = f"{PACKAGE} {data.version} (pydantic's price data, https://github.com/pydantic/genai-prices): " \
              f"provider {provider.id}, model {m.id}"
+    cannot = cannot_hold(m, t)
+    if cannot is not None:
+        return [], [*notes, cannot]
     tiers = _tier_timelines(m, t, notes)
     entries: list[Price] = []
     unknown: set[str] = set()
@@ -119,8 +122,6 @@ def _model(data: Data, provider: Any, m: Any, claimed: dict[str, str]) -> tuple[
             entry = replace(entry, source=source, match=match if tier == "standard" and not entries else ())
             if previous is not None and same_prices(previous, entry):
                 continue
-            if previous is None:
-                entry = replace(entry, effective_from=FIRST_EFFECTIVE)
             entries.append(entry)
             previous = entry
     if unknown:
@@ -128,6 +129,27 @@ def _model(data: Data, provider: Any, m: Any, claimed: dict[str, str]) -> tuple[
     if not entries and not notes:
         notes.append("no price the import can use")
     return entries, list(dict.fromkeys(notes))
+
+
+def cannot_hold(m: Any, t: Any) -> str | None:
+    """Why an entry cannot price the model as genai-prices does, or None: a price on every request,
+    or on tokens llmmeter bills inside input or output (reasoning, citations, audio, images, video)
+    at a rate of their own — written, it would underprice them. (A model without an output price,
+    such as an embedding model, is written: its output takes the input price, as SPEC says.)"""
+    prices = [m.prices] if isinstance(m.prices, t.ModelPrice) else [c.prices for c in m.prices]
+    every = prices + [v.prices for v in m.price_variants or ()]
+    keys = {k for p in every for k in _keys(p)}
+    parts = []
+    if "requests_kcount" in keys:
+        fee = next(_base(_keys(p)["requests_kcount"]) for p in every if "requests_kcount" in _keys(p))
+        parts.append(f"a per-request fee (${fee} per 1,000 requests)")
+    rates = sorted(k for k in keys if k.endswith("_mtok") and k not in TOKEN_KEYS)
+    if rates:
+        parts.append(f"token rates of their own ({', '.join(rates)})")
+    if parts:
+        return f"its price has parts an entry cannot hold: {' and '.join(parts)}; left out rather than " \
+               f"written underpriced"
+    return None
 
 
 def _tier_timelines(m: Any, t: Any, notes: list[str]) -> dict[str, list[tuple[datetime, dict[str, Any]]]]:
@@ -161,7 +183,7 @@ def _tier_timelines(m: Any, t: Any, notes: list[str]) -> dict[str, list[tuple[da
         timelines["standard"] = standard
     variants: dict[str, list[Any]] = {}
     for v in m.price_variants or ():
-        tier = _tier(v.when)
+        tier = tier_of(v.when)
         if tier is None:
             notes.append(f"price variant {v.when} is no tier llmmeter can tell apart ({_plain(v.prices)})")
         elif isinstance(v.constraint, t.TimeOfDateConstraint):
@@ -170,7 +192,9 @@ def _tier_timelines(m: Any, t: Any, notes: list[str]) -> dict[str, list[tuple[da
             variants.setdefault(tier, []).append(v)
     for tier, vs in variants.items():
         starts = [v.constraint.start_date for v in vs if v.constraint is not None]
-        # The tier's history starts with its first variant; that entry is backdated like every first one.
+        # genai-prices applies a dated variant from its start date only (before it, the tier's
+        # requests cost the standard price, which is what llmmeter charges a tier with no entry
+        # yet); a variant without a date applies from the first entry on.
         first = min(starts) if len(starts) == len(vs) else FIRST_EFFECTIVE.date()
         days = sorted({first, *(d for d in dates if d > first), *starts})
         line = []
@@ -179,8 +203,8 @@ def _tier_timelines(m: Any, t: Any, notes: list[str]) -> dict[str, list[tuple[da
             if base is None:
                 continue
             over: dict[str, Any] = {}
-            for v in vs:  # first to last, per price key (genai-prices' own order)
-                if v.constraint is None or v.constraint.start_date <= day or day == first:
+            for v in vs:  # the first variant in force wins, per price key (genai-prices' own order)
+                if v.constraint is None or v.constraint.start_date <= day:
                     for k, value in _keys(v.prices).items():
                         over.setdefault(k, value)
             line.append((_midnight(day), {**base, **over}))
@@ -188,7 +212,7 @@ def _tier_timelines(m: Any, t: Any, notes: list[str]) -> dict[str, list[tuple[da
     return timelines
 
 
-def _tier(when: dict[str, str]) -> str | None:
+def tier_of(when: dict[str, str]) -> str | None:
     if len(when) != 1:
         return None
     (key, value), = when.items()
