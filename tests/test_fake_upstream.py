@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -269,6 +270,22 @@ def test_hang_waits_before_headers_and_ends_when_the_client_leaves(upstream: Fak
     upstream.release()
     t.join(timeout=WAIT)
     assert results == [200]
+
+
+def test_the_hang_scenario_holds_while_other_processes_load_every_core() -> None:
+    # It once slept a fixed 0.1 s and failed every time on a busy machine. Now its waits are for
+    # conditions, so a loaded machine can only make it slower: run it over and over beside
+    # processes that keep every core busy, the load under which it used to fail.
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+    try:
+        for _ in range(10):
+            assert all(b.poll() is None for b in burners)  # the load is still there
+            with FakeUpstream() as fake:
+                test_hang_waits_before_headers_and_ends_when_the_client_leaves(fake)
+    finally:
+        for b in burners:
+            b.kill()
+            b.wait()
 
 
 def test_a_stream_stops_when_its_client_leaves(upstream: FakeUpstream) -> None:
