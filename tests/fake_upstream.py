@@ -122,6 +122,8 @@ class FakeUpstream:
         self.record = record  # False for long benchmark runs: `requests` would grow without bound
         self.requests: list[dict[str, Any]] = []
         self.in_flight = 0  # requests being answered now (TCP connections are not visible to ASGI)
+        # Requests waiting in park() now: a test waits until a request is parked rather than for a fixed time.
+        self.parked = 0
         self._released = threading.Event()
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
@@ -178,11 +180,15 @@ class FakeUpstream:
 
     async def park(self, gone: asyncio.Future[Any]) -> bool:
         """Wait for release(): True, or False if the client hung up (`gone` done) first."""
-        while not self._released.is_set():
-            if gone.done():
-                return False
-            await asyncio.sleep(0.005)
-        return True
+        self.parked += 1
+        try:
+            while not self._released.is_set():
+                if gone.done():
+                    return False
+                await asyncio.sleep(0.005)
+            return True
+        finally:
+            self.parked -= 1
 
     # -- ASGI ------------------------------------------------------------------
     async def app(self, scope: Scope, receive: Receive, send: Send) -> None:

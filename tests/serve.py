@@ -67,10 +67,15 @@ class Served:
         self.cmd, self.env = cmd, full_env
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout: float = 20) -> Served:
+    def start(self, timeout: float = 90) -> Served:
+        # Generous: on a loaded machine starting Python and importing llmmeter alone can take many seconds.
         self.proc = subprocess.Popen(self.cmd, env=self.env, cwd=self.tmp,
                                      stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
-        wait_ready(self.proc, self.url + "/healthz", "llmmeter", self.output, timeout)
+        try:
+            wait_ready(self.proc, self.url + "/healthz", "llmmeter", self.output, timeout)
+        except BaseException:
+            self.kill()  # a server that was slow to start is not left running after its test
+            raise
         return self
 
     def output(self) -> str:
@@ -98,7 +103,7 @@ class Served:
 
     # --- what a test reads back -------------------------------------------------------
     def metrics(self, headers: Mapping[str, str] | None = None) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-        text = httpx.get(self.url + "/metrics", headers=headers, timeout=5).text
+        text = httpx.get(self.url + "/metrics", headers=headers, timeout=60).text
         out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
         for family in text_string_to_metric_families(text):
             for s in family.samples:
@@ -114,8 +119,9 @@ class Served:
                 total += value
         return total
 
-    def rows(self, timeout: float = 10, expect: int | None = None) -> list[dict[str, Any]]:
-        """Ledger rows from the database, waiting for the importer to catch up."""
+    def rows(self, timeout: float = 60, expect: int | None = None) -> list[dict[str, Any]]:
+        """Ledger rows from the database, waiting for the importer to catch up (with `expect`, up to
+        `timeout` s: generous, since a loaded machine may be slow to import)."""
         deadline = time.monotonic() + timeout
         rows: list[dict[str, Any]] = []
         while time.monotonic() < deadline:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -20,9 +21,11 @@ import pytest
 from openai import OpenAI
 
 from tests.fake_upstream import FakeUpstream
+from tests.faults.helpers import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 MESSAGES: list[Any] = [{"role": "user", "content": "say hello"}]
+WAIT = 60  # seconds: a generous deadline for a condition, met at once on an idle machine
 USAGE = {"prompt": 120, "cached": 100, "cache_write": 8, "completion": 30, "reasoning": 12}
 
 
@@ -220,50 +223,79 @@ def test_reset_breaks_the_stream(upstream: FakeUpstream) -> None:
 def test_hold_sends_the_first_event_then_waits_for_release(upstream: FakeUpstream) -> None:
     body = {"model": "gpt-test", "messages": MESSAGES, "stream": True}
     with httpx.stream("POST", upstream.base_url + "/chat/completions", json=body,
-                      headers={"x-fake-hold": "1"}, timeout=5) as r:
+                      headers={"x-fake-hold": "1"}, timeout=WAIT) as r:
         parts = r.iter_raw()
         first = next(parts)
         assert first.count(b"data:") == 1
-        released_at = time.monotonic() + 0.1
-        threading.Timer(0.1, upstream.release).start()
+        # Parked after the first event: the rest of the stream waits for release().
+        assert wait_until(lambda: upstream.parked == 1, timeout=WAIT)
+        upstream.release()
         rest = b"".join(parts)
-        assert time.monotonic() >= released_at - 0.01
-    assert rest.endswith(b"data: [DONE]\n\n")
+    assert rest.endswith(b"data: [DONE]\n\n") and upstream.parked == 0
     # release() is permanent: a later hold does not park.
     assert httpx.post(upstream.base_url + "/chat/completions", json={**body, "stream": False},
-                      headers={"x-fake-hold": "1"}, timeout=2).status_code == 200
+                      headers={"x-fake-hold": "1"}, timeout=WAIT).status_code == 200
+
+
+def hanging_request() -> bytes:
+    payload = json.dumps({"model": "gpt-test", "messages": MESSAGES}).encode()
+    return (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+            b"x-fake-hang: 1\r\ncontent-length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload)
 
 
 def test_hang_waits_before_headers_and_ends_when_the_client_leaves(upstream: FakeUpstream) -> None:
-    url = upstream.base_url + "/chat/completions"
-    body = {"model": "gpt-test", "messages": MESSAGES}
-    with pytest.raises(httpx.ReadTimeout):
-        httpx.post(url, json=body, headers={"x-fake-hang": "1"}, timeout=0.15)
-    deadline = time.monotonic() + 2
-    while upstream.in_flight and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert upstream.in_flight == 0  # the parked request noticed the disconnect
-    results: list[int] = []
-    t = threading.Thread(target=lambda: results.append(
-        httpx.post(url, json=body, headers={"x-fake-hang": "1"}, timeout=5).status_code))
+    # Every wait is for a condition: on a loaded machine a request can take any time to arrive.
+    with socket.create_connection(("127.0.0.1", upstream.port), timeout=WAIT) as s:
+        s.sendall(hanging_request())
+        assert wait_until(lambda: upstream.parked == 1, timeout=WAIT)
+        s.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            s.recv(1)  # parked before the response headers: not a byte has been sent
+    # The parked request notices the disconnect and ends.
+    assert wait_until(lambda: upstream.in_flight == 0, timeout=WAIT)
+    assert upstream.parked == 0
+    results: list[int | Exception] = []
+
+    def call() -> None:
+        try:
+            results.append(httpx.post(upstream.base_url + "/chat/completions", json={
+                "model": "gpt-test", "messages": MESSAGES}, headers={"x-fake-hang": "1"}, timeout=WAIT).status_code)
+        except Exception as e:  # the assertion below shows it
+            results.append(e)
+
+    t = threading.Thread(target=call, daemon=True)
     t.start()
-    time.sleep(0.1)
-    assert not results and upstream.in_flight == 1
+    assert wait_until(lambda: upstream.parked == 1, timeout=WAIT)
+    assert not results and upstream.in_flight == 1  # no answer while parked
     upstream.release()
-    t.join(timeout=5)
+    t.join(timeout=WAIT)
     assert results == [200]
+
+
+def test_the_hang_scenario_holds_while_other_processes_load_every_core() -> None:
+    # It once slept a fixed 0.1 s and failed every time on a busy machine. Now its waits are for
+    # conditions, so a loaded machine can only make it slower: run it over and over beside
+    # processes that keep every core busy, the load under which it used to fail.
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+    try:
+        for _ in range(10):
+            assert all(b.poll() is None for b in burners)  # the load is still there
+            with FakeUpstream() as fake:
+                test_hang_waits_before_headers_and_ends_when_the_client_leaves(fake)
+    finally:
+        for b in burners:
+            b.kill()
+            b.wait()
 
 
 def test_a_stream_stops_when_its_client_leaves(upstream: FakeUpstream) -> None:
     body = {"model": "gpt-test", "messages": MESSAGES, "stream": True}
+    # The whole stream would take 120 s, longer than the wait below allows.
     with httpx.stream("POST", upstream.base_url + "/chat/completions", json=body,
-                      headers={"x-fake-delay-ms": "100", "x-fake-chunks": "100"}) as r:
+                      headers={"x-fake-delay-ms": "100", "x-fake-chunks": "1200"}, timeout=WAIT) as r:
         next(r.iter_raw())
         assert upstream.in_flight == 1
-    deadline = time.monotonic() + 2  # the whole stream would take 10 s
-    while upstream.in_flight and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert upstream.in_flight == 0
+    assert wait_until(lambda: upstream.in_flight == 0, timeout=WAIT)
 
 
 def test_gzip(upstream: FakeUpstream) -> None:
@@ -305,7 +337,7 @@ def test_runs_standalone() -> None:
     proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fake_upstream.py"), "--port", str(port)],
                             cwd=ROOT)
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + WAIT  # a loaded machine can take many seconds to start Python
         while True:
             try:
                 r = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1)

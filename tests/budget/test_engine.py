@@ -51,6 +51,13 @@ def record(i: int, reserved: int | None, leases: str | None, cost: int, at: date
                   reserved_units=reserved, budget_leases=leases)
 
 
+async def until(cond: Callable[[], bool], timeout: float = 60) -> None:
+    """Wait for `cond` with a generous deadline: a loaded machine may take long to run the importer."""
+    async with asyncio.timeout(timeout):
+        while not cond():
+            await asyncio.sleep(0.005)
+
+
 def started(url: str, ledgers: list[Ledger]) -> Ledger:
     ledger = Ledger(url)
     ledgers.append(ledger)
@@ -104,8 +111,8 @@ def test_an_import_turns_reservations_into_cost_once(db_url: str, ledgers: list[
         # Four requests cost a quarter of their reservation, one nothing: $0.002 spent of $0.01.
         ledger.append_many([record(i, R, lease_id, R // 4) for i in range(4)] + [record(9, R, lease_id, 0)])
         assert await asyncio.to_thread(ledger.flush)
-        await asyncio.sleep(0.05)  # the settlement reaches the loop
         lease = e._by_id[lease_id]  # type: ignore[index]
+        await until(lambda: lease.in_flight == 0)  # the settlement reaches the loop
         # The import took the reservations off the lease in its own transaction, then here.
         assert lease_amounts(ledger) == {lease_id: 0} and (lease.amount, lease.in_flight) == (0, 0)
         # $0.008 of room again: four more reservations fit, the fifth does not.
@@ -283,7 +290,7 @@ def test_a_clean_shutdown_gives_an_idle_lease_back(db_url: str, ledgers: list[Le
         assert lease_amounts(ledger)[str(leases)] > 0
         ledger.append_many([record(1, r, leases, r // 2, now)])
         assert await asyncio.to_thread(ledger.flush)
-        await asyncio.sleep(0.05)
+        await until(lambda: e._by_id[str(leases)].in_flight == 0)  # the settlement reaches the loop
         await e.stop()
         assert lease_amounts(ledger) == {}  # not held for another 90 s
 

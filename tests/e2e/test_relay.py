@@ -145,8 +145,9 @@ def test_unreachable_upstream_gets_502_and_is_counted(serve: Any) -> None:
 def test_upstream_timeout_gets_504(fake: FakeUpstream, serve: Any) -> None:
     proxy = serve(upstream=fake.base_url, config="[server]\nread_timeout_s = 1\n")
     t = time.monotonic()
-    r = httpx.post(proxy.base_url + "/chat/completions", json=CHAT, headers={"x-fake-hang": "1"}, timeout=30)
-    assert r.status_code == 504 and time.monotonic() - t < 10
+    r = httpx.post(proxy.base_url + "/chat/completions", json=CHAT, headers={"x-fake-hang": "1"}, timeout=60)
+    # The upstream never answers on its own: a 504 at all is the read timeout.
+    assert r.status_code == 504 and time.monotonic() - t >= 0.9
     fake.release()
     [row] = proxy.rows(expect=1)
     assert row["outcome"] == "upstream_timeout"
@@ -184,7 +185,7 @@ def test_client_that_leaves_mid_stream_is_recorded_and_upstream_released(fake: F
     proxy = serve(upstream=fake.base_url)
     body = {**CHAT, "stream": True}
     with httpx.stream("POST", proxy.base_url + "/chat/completions", json=body, timeout=10,
-                      headers={"x-fake-chunks": "300", "x-fake-delay-ms": "100"}) as r:
+                      headers={"x-fake-chunks": "3000", "x-fake-delay-ms": "100"}) as r:  # 300 s in all
         parts = r.iter_raw()
         got = next(parts) + next(parts)
         assert b"tok" in got or b"data:" in got
@@ -192,7 +193,7 @@ def test_client_that_leaves_mid_stream_is_recorded_and_upstream_released(fake: F
     [row] = proxy.rows(expect=1)
     assert (row["outcome"], row["usage_source"]) == ("client_closed", "estimated")
     assert row["input_tokens"] > 0 and row["code"] == 200
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 60  # generous for a loaded machine, far short of the stream's 300 s
     while fake.in_flight and time.monotonic() < deadline:
         time.sleep(0.05)
     assert fake.in_flight == 0  # the upstream request was abandoned, not read to the end

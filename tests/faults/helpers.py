@@ -25,6 +25,17 @@ def open_connections(port: int) -> int:
     return count
 
 
+def connections_to(port: int) -> int:
+    """TCP connections to 127.0.0.1:`port` its clients still hold open, as the kernel sees them."""
+    count = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        remote, state = fields[2], fields[3]
+        if int(remote.rsplit(":", 1)[1], 16) == port and state in _OPEN_STATES:
+            count += 1
+    return count
+
+
 def listen_address(port: int) -> str | None:
     """The IPv4 address a socket listening on `port` is bound to, e.g. "127.0.0.1"."""
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
@@ -64,7 +75,9 @@ def series(url: str, headers: dict[str, str] | None = None) -> set[tuple[str, tu
             for family in text_string_to_metric_families(text) for s in family.samples}
 
 
-def wait_until(cond: Callable[[], bool], timeout: float = 10.0, every: float = 0.05) -> bool:
+def wait_until(cond: Callable[[], bool], timeout: float = 60.0, every: float = 0.05) -> bool:
+    """Poll `cond` until it holds; the deadline is generous (a loaded machine is slow), and met
+    conditions return at once, so it costs nothing on an idle one."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cond():

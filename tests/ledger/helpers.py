@@ -40,7 +40,8 @@ def full_record(i: int = 0, **over: object) -> Record:
     return Record(**fields)  # type: ignore[arg-type]
 
 
-def wait_until(cond: Callable[[], bool], timeout: float = 10.0) -> bool:
+def wait_until(cond: Callable[[], bool], timeout: float = 60.0) -> bool:
+    """As tests.faults.helpers.wait_until: a generous deadline, returned from as soon as `cond` holds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cond():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import selectors
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -12,6 +13,36 @@ import uvicorn
 from uvicorn.server import ServerState
 
 from proxy.server.protocol import DISCONNECT, RelayProtocol, ServerLimits
+
+
+class _JumpingSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+    """Polls without blocking; where the loop would block until its next timer, the clock jumps to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        if timeout is None:  # no timer at all: only another thread can wake the loop
+            return super().select(None)
+        ready = super().select(0)
+        if not ready:
+            self.now += timeout
+        return ready
+
+
+class VirtualClockLoop(asyncio.SelectorEventLoop):
+    """An event loop on a virtual clock that moves only while the loop would otherwise wait.
+
+    A test of timeouts then depends on the order of events alone: a loaded machine that runs
+    the loop late cannot make a 0.2 s sleep outlast a 0.3 s timer, as it can on the real clock."""
+
+    def __init__(self) -> None:
+        self._clock = _JumpingSelector()
+        super().__init__(self._clock)
+
+    def time(self) -> float:
+        return self._clock.now
 
 
 class FakeTransport:

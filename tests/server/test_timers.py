@@ -1,6 +1,8 @@
-"""The serving protocol's timeouts, sans sockets, on the real clock with limits of a tenth of a second.
+"""The serving protocol's timeouts, sans sockets, with limits of a tenth of a second on a virtual clock.
 
-Every bound is checked with generous slack: a test asserts what happens, never how fast."""
+The loop's clock moves only while it waits (tests.server.fakes.VirtualClockLoop), so a sleep
+and a timer fire in the order of their deadlines however busy the machine is: a test asserts
+what happens, never how fast."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import Any
 import orjson
 
 from proxy.server.protocol import ServerLimits
-from tests.server.fakes import Conn, Echo, responses
+from tests.server.fakes import Conn, Echo, VirtualClockLoop, responses
 
 T = 0.1  # every limit's unit
 LIMITS = ServerLimits(head_timeout_s=T, body_timeout_s=T, idle_timeout_s=3 * T, send_timeout_s=T)
@@ -18,7 +20,8 @@ REQUEST = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r
 
 
 def run(test: Any) -> Any:
-    return asyncio.run(test())
+    with asyncio.Runner(loop_factory=VirtualClockLoop) as runner:
+        return runner.run(test())
 
 
 def timed_out(conn: Conn) -> bool:

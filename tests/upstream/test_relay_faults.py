@@ -18,11 +18,12 @@ import httpx
 import pytest
 
 from tests.fake_upstream import brotli_stored
-from tests.faults.helpers import wait_until
+from tests.faults.helpers import connections_to, wait_until
 from tests.upstream.rogue import Conn, Request, Rogue, answer, raw
 
 CHAT = {"model": "kimi-k3.1-pro", "messages": [{"role": "user", "content": "hi"}]}
 USAGE = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
+WAIT = 60  # seconds: a generous deadline for a condition, met at once on an idle machine
 REPLY = json.dumps({"id": "c1", "object": "chat.completion", "model": "kimi-k3.1-pro", "usage": USAGE,
                     "choices": [{"index": 0, "message": {"role": "assistant", "content": "yo"},
                                  "finish_reason": "stop"}]}).encode()
@@ -40,7 +41,7 @@ def config(rogue: Rogue, **upstream: Any) -> str:
 
 
 def post(proxy: Any, body: Any = None, path: str = "/chat/completions", **kw: Any) -> httpx.Response:
-    return httpx.post(proxy.base_url + path, json=CHAT if body is None else body, timeout=20, **kw)
+    return httpx.post(proxy.base_url + path, json=CHAT if body is None else body, timeout=WAIT, **kw)
 
 
 # --- 2. no second upstream request -------------------------------------------------------
@@ -71,7 +72,8 @@ def test_a_pooled_connection_found_closed_is_replaced_before_writing(rogue: Rogu
     rogue.script = answer_then_hang_up
     proxy = serve(config=config(rogue))
     assert post(proxy).status_code == 200
-    time.sleep(0.3)  # the upstream's close reaches the proxy while the connection is idle
+    # The upstream's close reaches the proxy while the connection is idle: the proxy has closed its end.
+    assert wait_until(lambda: rogue.open_now == 0 and connections_to(rogue.port) == 0, timeout=WAIT)
     assert post(proxy).status_code == 200
     assert [(r.connection, r.index) for r in rogue.requests] == [(1, 1), (2, 1)]
     assert {row["outcome"] for row in proxy.rows(expect=2)} == {"ok"}
@@ -80,13 +82,15 @@ def test_a_pooled_connection_found_closed_is_replaced_before_writing(rogue: Rogu
 # --- 4. pool limits -----------------------------------------------------------------------
 
 def test_at_most_max_connections_and_the_rest_wait_in_order(rogue: Rogue, serve: Any) -> None:
-    def slow(req: Request, conn: Conn) -> bool:
-        time.sleep(0.3)
+    go = threading.Event()
+
+    def held(req: Request, conn: Conn) -> bool:
+        go.wait(WAIT)  # answered once the test has seen the others queue, however long they take to arrive
         return answer(body=REPLY)(req, conn)
 
-    rogue.script = slow
-    proxy = serve(config=config(rogue, max_connections=2))
-    waiting: list[float] = []
+    rogue.script = held
+    # The queued requests wait for a connection as long as the test may take to see them all queue.
+    proxy = serve(config=config(rogue, max_connections=2) + f"[server]\nconnect_timeout_s = {WAIT}\n")
     results: list[int] = []
 
     def one() -> None:
@@ -95,27 +99,31 @@ def test_at_most_max_connections_and_the_rest_wait_in_order(rogue: Rogue, serve:
     threads = [threading.Thread(target=one) for _ in range(10)]
     for t in threads:
         t.start()
-    time.sleep(0.4)
-    waiting.append(proxy.metric("llmmeter_upstream_pool_waiting", upstream="rogue") or 0)
+    # Two requests hold the two connections; the other eight wait for one.
+    assert wait_until(lambda: proxy.metric("llmmeter_upstream_pool_waiting", upstream="rogue") == 8, timeout=WAIT)
+    assert len(rogue.requests) == 2
+    go.set()
     for t in threads:
         t.join()
     assert results == [200] * 10
     assert rogue.most_open <= 2 and len(rogue.conns) <= 2
-    assert waiting[0] > 0
     assert proxy.metric("llmmeter_upstream_pool_waiting", upstream="rogue") == 0
 
 
 def test_a_request_that_waits_too_long_for_a_connection_gets_503(rogue: Rogue, serve: Any) -> None:
-    def slow(req: Request, conn: Conn) -> bool:
-        time.sleep(2)
+    go = threading.Event()
+
+    def held(req: Request, conn: Conn) -> bool:
+        go.wait(WAIT)  # the one connection stays busy until the second request has had its answer
         return answer(body=REPLY)(req, conn)
 
-    rogue.script = slow
+    rogue.script = held
     proxy = serve(config=config(rogue, max_connections=1) + "[server]\nconnect_timeout_s = 0.5\n")
     first = threading.Thread(target=post, args=(proxy,))
     first.start()
-    time.sleep(0.2)
+    assert wait_until(lambda: len(rogue.requests) == 1, timeout=WAIT)  # the first holds the connection
     r = post(proxy)
+    go.set()
     first.join()
     assert r.status_code == 503 and r.json()["error"]["code"] == "upstream_timeout"
     assert len(rogue.requests) == 1
@@ -125,7 +133,7 @@ def test_a_request_that_waits_too_long_for_a_connection_gets_503(rogue: Rogue, s
 def test_idle_connections_are_closed_after_idle_s(rogue: Rogue, serve: Any) -> None:
     proxy = serve(config=config(rogue, idle_s=0.5))
     assert post(proxy).status_code == 200
-    assert wait_until(lambda: rogue.open_now == 0, timeout=5)
+    assert wait_until(lambda: rogue.open_now == 0, timeout=WAIT)
 
 
 def test_an_error_answer_read_whole_keeps_its_connection(rogue: Rogue, serve: Any) -> None:
@@ -151,7 +159,7 @@ def test_each_chunk_reaches_the_client_as_it_arrives(rogue: Rogue, serve: Any, c
     def stream(req: Request, conn: Conn) -> bool:
         conn.send(f"HTTP/1.1 200 OK\r\ncontent-type: {ctype}\r\ntransfer-encoding: chunked\r\n\r\n".encode())
         conn.send(b"%x\r\n%s\r\n" % (len(first), first))
-        waited.append(got_first.wait(5))  # the second part waits until the client has the first
+        waited.append(got_first.wait(WAIT))  # the second part waits until the client has the first
         conn.send(b"4\r\nlast\r\n0\r\n\r\n")
         return True
 
@@ -171,7 +179,7 @@ def test_a_length_delimited_body_is_relayed_as_it_arrives(rogue: Rogue, serve: A
 
     def parts(req: Request, conn: Conn) -> bool:
         conn.send(b"HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\ncontent-length: 8\r\n\r\nfirst")
-        waited.append(got_first.wait(5))
+        waited.append(got_first.wait(WAIT))
         conn.send(b"end")
         return True
 
