@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from proxy.budget.metrics import BudgetMetrics
 from proxy.budget.periods import period_of
 from proxy.budget.reserve import Reserver
+from proxy.budget.unseen import OVER_RESERVATION
 from proxy.ledger.record import COST_UNITS_PER_USD, Record
 from proxy.ledger.store import SqlStore
 from proxy.ledger.store.budgets import (
@@ -48,7 +49,6 @@ from proxy.settings import Budget
 
 log = logging.getLogger("llmmeter.budget")
 
-OVER_RESERVATION = "over_reservation"
 BUDGET_EXCEEDED = "budget_exceeded"
 REFRESH_EVERY_S = 5.0  # spent and alerts, for the gauges
 VALID_FOR_S = LEASE_TTL_US / 1e6 - 30.0  # a lease's local life after the database confirmed it

@@ -21,11 +21,11 @@ from typing import Any
 
 from pricing import Price, PriceBook
 from pricing.calculator import MAX_TOKENS, MICROS_PER_UNIT, Rates, rates, rates_for
+from proxy.budget.counts import CAP, Unreadable, choices, most_output
 from proxy.settings import ModelLimit
 
 DEFAULT_MAX_OUTPUT = 32_768
 MAX_RESERVATION = 10**18  # units: above any budget's limit (MAX_BUDGET_USD, 10^17 units), still one BIGINT
-_MAX_KEYS = ("max_tokens", "max_completion_tokens", "max_output_tokens", "n_predict")
 _MEMO = 4096
 
 
@@ -94,19 +94,17 @@ class Reserver:
 
     def max_output(self, model: str | None, request: Any) -> int:
         """The output the request may ask for: its own max × max(n, 1), else the model's limit."""
-        asked = None
+        asked, answers = None, 1
         if isinstance(request, dict):
-            # The largest of every spelling: servers differ in which one they honour.
-            given = [v for v in (request.get(k) for k in _MAX_KEYS) if type(v) is int and v > 0]
-            asked = max(given) if given else None
-            # n answers are returned; best_of (legacy completions) are generated and billed.
-            n, best_of = request.get("n"), request.get("best_of")
-            choices = max(min(v, 1_000_000) if type(v) is int and v >= 1 else 1 for v in (n, best_of))
-        else:
-            choices = 1
+            # Read as lenient upstreams read them ("200", 200.0); a request with a count no bound
+            # can be read from is refused before this (proxy/budget/counts.py): the model's limit.
+            try:
+                asked, answers = most_output(request), choices(request)
+            except Unreadable:
+                asked, answers = None, CAP
         if asked is None:
             asked = self._model_limit(model)
-        return asked * choices
+        return asked * answers
 
     def _model_limit(self, model: str | None) -> int:
         found = self._outputs.get(model)

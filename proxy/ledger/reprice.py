@@ -30,6 +30,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pricing import PriceBook, default_tables_dir, load_dir
 from pricing.calculator import Tokens, price_tokens
 from proxy import settings as config
+from proxy.budget.unseen import OVER_RESERVATION, USAGE_UNSEEN
+from proxy.budget.unseen import settle as settle_budget
 from proxy.errors import ConfigError
 from proxy.ledger.record import Record
 from proxy.ledger.store import SqliteStore, SqlStore, open_store
@@ -45,7 +47,7 @@ SQLITE_YIELD_S = 0.1
 SHOWN_PRICED = 50  # priced records listed one by one; the rest counted
 # Flags that describe a record's price, not its usage: a repricing sets them anew.
 PRICE_FLAGS = frozenset({"tier_fallback", "geo_unpriced", "cache_ttl_unpriced", "fee_unpriced", PRICING_FAILED,
-                         "over_reservation"})
+                         OVER_RESERVATION, USAGE_UNSEEN})
 GEO_UNPRICED = "geo_unpriced"
 
 
@@ -115,8 +117,9 @@ def reprice_record(book: PriceBook, rec: Record) -> Record | None:
         return None
     if GEO_UNPRICED in rec.flags and GEO_UNPRICED not in new.flags and _entry_geo(book, new) is None:
         new.flags.append(GEO_UNPRICED)  # its geo is not kept, only that no entry named it
-    if rec.budget_leases and new.cost_units is not None and new.cost_units > (rec.reserved_units or 0):
-        new.flags.append("over_reservation")  # as the meter flags it: the budget's overrun follows the price
+    # As the meter does: the budget's overrun follows the price, and a request whose usage was
+    # unseen never costs less than its reservation (proxy/budget/unseen.py).
+    settle_budget(new)
     if _priced_as(new) == _priced_as(rec):
         return None
     new.flags.append(REPRICED)

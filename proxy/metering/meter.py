@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from pricing import Cost, PriceBook, Resolution
 from pricing.calculator import Priced, Tokens, price_parts, price_tokens
+from proxy.budget.unseen import settle as settle_budget
 from proxy.ledger.record import Record
 from proxy.metering.estimate.estimator import Estimator
 from proxy.metrics.metrics import Metrics
@@ -164,8 +165,10 @@ class Meter:
             rec.workload = self.workloads.classify(rec.input_side_tokens)
             if canonical is not None and tier is not None:
                 priced = self._price(rec, canonical, tier, ex, u, observed.inference_geo)
-            if ex.budget_leases and rec.cost_units is not None and rec.cost_units > (ex.reserved_units or 0):
-                rec.flags.append("over_reservation")  # its excess is counted per budget when it settles
+            added = settle_budget(rec)
+            if added and priced is not None:
+                # /metrics counts what the ledger does: the unseen part as output, what a generation bills.
+                priced = replace(priced, output=priced.output + added)
         self.journal.append(rec)
         ex.recorded = True
         self.metrics.observe(rec, priced, ex.overhead_s)

@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from proxy.budget.counts import unreadable
 from proxy.budget.engine import BUDGET_EXCEEDED, Budgets, Rejection
 from proxy.errors import error_body
 from proxy.metering.meter import Exchange, Meter, bounded, clean_tag
@@ -119,6 +120,11 @@ class Relay:
             return
         ex.upstream, ex.self_hosted = up.name, up.self_hosted
         if self.budgets is not None and endpoint in METERED:
+            field = unreadable(ex.request) if self.budgets.matching(ex.tenant, ex.tag) else None
+            if field is not None:  # no reservation can bound it: refused, not guessed (proxy/budget/counts.py)
+                await self._reject(ex, send, 400, f"`{field}` must be a number: an enforced budget cannot bound "
+                                   "this request's output", "unreadable_count", "invalid_request_error", anthropic)
+                return
             admitted = await self.budgets.admit(ex.tenant, ex.tag, ex.model_requested, ex.tier_requested, up.name,
                                                 ex.request, len(body), ex.start)
             if isinstance(admitted, Rejection):

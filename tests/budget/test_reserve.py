@@ -8,6 +8,7 @@ from decimal import Decimal
 
 from pricing import Price, PriceBook
 from pricing.model import Band
+from proxy.budget.counts import unreadable
 from proxy.budget.reserve import DEFAULT_MAX_OUTPUT, Reserver
 from proxy.settings import ModelLimit
 
@@ -60,3 +61,24 @@ def test_a_model_with_no_price_is_bounded_at_the_dearest_rates_its_upstream_can_
     assert r.ceiling_case("deployment-7", "up", {"max_tokens": 10, "n": 2}, 100, T0) == 100 * 40_000 + 20 * 90_000
     assert r.ceiling_case(None, "x", {"max_tokens": 10}, 100, T0) == 100 * 1_000_000 + 10 * 1_000_000
     assert Reserver(PriceBook([elsewhere])).ceiling_case("m", "up", {}, 100, T0) == 0
+
+
+def test_counts_are_read_as_lenient_upstreams_read_them() -> None:
+    # pydantic-typed servers (vLLM) coerce "200" and 200.0 to 200 answers; C++ servers truncate a
+    # float. Each spelling reserves what the integer does; a fraction rounds up, never down.
+    two_hundred = reserve({"max_tokens": 10, "n": 200})
+    assert two_hundred == 100 * 12_500 + 2000 * 20_000
+    for n in ("200", 200.0, " 200 ", "2e2", "200.0", Decimal("200"), 199.5, "199.01"):
+        assert reserve({"max_tokens": 10, "n": n}) == two_hundred, n
+    assert reserve({"max_tokens": 10, "best_of": "200"}) == two_hundred
+    for spelling in ("max_tokens", "max_completion_tokens", "max_output_tokens", "n_predict"):
+        assert reserve({spelling: "1000"}) == reserve({spelling: 1000.0}) == 100 * 12_500 + 1000 * 20_000
+    assert reserve({"max_tokens": 10, "n": True}) == reserve({"max_tokens": 10})  # pydantic reads true as 1
+    assert reserve({"max_tokens": "0", "n": "-3"}) == reserve({})  # no limit, one answer: as before
+
+
+def test_a_count_no_upstream_reads_as_a_number_is_unreadable() -> None:
+    assert unreadable({"n": "200", "max_tokens": 1.5, "best_of": None, "n_predict": True}) is None
+    for bad in ("two hundred", "nan", "Infinity", [200], {"n": 200}, float("inf"), "9" * 65):
+        assert unreadable({"max_tokens": 10, "n": bad}) == "n", bad
+    assert unreadable({"max_completion_tokens": "lots"}) == "max_completion_tokens"

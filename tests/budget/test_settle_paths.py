@@ -42,3 +42,16 @@ def test_a_repriced_record_is_flagged_when_its_new_cost_exceeds_its_reservation(
     assert new is not None and new.cost_units == 10_000_000 and "over_reservation" in new.flags
     within = reprice_record(book, record(reserved_units=10**9))
     assert within is not None and "over_reservation" not in within.flags
+
+
+def test_a_repriced_record_whose_usage_was_unseen_still_costs_its_reservation() -> None:
+    # A client left before the usage: 1,000 estimated tokens cost 10,000,000 units now, below the
+    # 10^9 it reserved; a repricing must not lower what its budget counts below that worst case.
+    book = PriceBook([Price(model="m", tier="standard", effective_from=T0, input=Decimal(1), output=Decimal(1),
+                            cache_read=Decimal(1), cache_write=Decimal(1), source="t", match=("m",))])
+    left = record(reserved_units=10**9, usage_source="estimated", outcome="client_closed")
+    new = reprice_record(book, left)
+    assert new is not None and new.cost_units == 10**9
+    assert "usage_unseen" in new.flags and "over_reservation" not in new.flags
+    seen = reprice_record(book, record(reserved_units=10**9))
+    assert seen is not None and seen.cost_units == 10_000_000 and "usage_unseen" not in seen.flags
