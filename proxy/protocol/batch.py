@@ -29,6 +29,11 @@ _RESULTS = re.compile(r"^/v1/messages/batches/([^/]+)/results/?$")
 _BATCH_OBJECTS = re.compile(r"^/v1/messages/batches(/[^/]+(/cancel)?)?$")
 # Paths whose JSON answer is an OpenAI batch object (or a page of them) naming its output files.
 _OPENAI_BATCHES = re.compile(r"^/v1/batches(/[^/]+(/cancel)?)?$")
+# Paths a POST to creates a batch; the trailing slash, as ever, must not dodge the owner's record.
+_CREATE = {"/v1/batches": OPENAI, "/v1/batches/": OPENAI,
+           "/v1/messages/batches": ANTHROPIC, "/v1/messages/batches/": ANTHROPIC}
+# What a created batch object says it is, per dialect.
+_BATCH_OBJECT = {OPENAI: ("object", "batch"), ANTHROPIC: ("type", "message_batch")}
 # The body's `object` -> the usage reader that fits it; without one, the usage's own shape decides.
 _OBJECTS = {"chat.completion": "chat", "text_completion": "completions", "response": "responses", "list": "embeddings"}
 
@@ -39,8 +44,8 @@ class Download:
 
     kind: str  # OPENAI | ANTHROPIC
     source_id: str
-    # The tenant whose batch produced the file, when llmmeter saw it: its records are that
-    # tenant's, whoever downloads them (None: the downloader's).
+    # The tenant that created the batch through llmmeter: its records are that tenant's,
+    # whoever downloads them (None: llmmeter did not see it created, the downloader's).
     owner: str | None = None
 
 
@@ -62,6 +67,26 @@ def names_results_url(path: str) -> bool:
 def names_output_files(path: str) -> bool:
     """An OpenAI batch path whose answer names the batch's output_file_id / error_file_id."""
     return _OPENAI_BATCHES.match(path) is not None
+
+
+def creates_batch(method: str, path: str) -> str | None:
+    """The dialect (OPENAI, ANTHROPIC) of a request that creates a batch, else None."""
+    return _CREATE.get(path) if method == "POST" else None
+
+
+def created_batch(kind: str, body: bytes) -> str | None:
+    """The id of the batch a creation answer describes; None for anything else."""
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    key, value = _BATCH_OBJECT[kind]
+    batch_id = obj.get("id")
+    if obj.get(key) != value or not isinstance(batch_id, str) or not 0 < len(batch_id) <= 256:
+        return None
+    return batch_id
 
 
 def output_files(body: bytes) -> list[tuple[str, str]]:

@@ -199,7 +199,7 @@ class BatchMeter:
         index = self.results
         self.results += 1
         start, flags = self._start(result.created)
-        # A batch seen through llmmeter bills the tenant whose batch it was, whoever downloads it.
+        # A batch created through llmmeter bills the tenant that created it, whoever downloads it.
         owner = self.download.owner or ex.tenant
         line = Exchange(start=start, t0=ex.t0, endpoint=BATCH, tenant=owner,
                         id=record_id(ex.upstream, self.download.source_id, result.custom_id),

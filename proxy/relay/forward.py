@@ -53,6 +53,7 @@ class Outbound:
     download: Download | None = None  # batch results: each line metered on the way (SPEC "Batch jobs")
     public_url: str | None = None  # set: a results_url in the (batch object) answer is made to name llmmeter
     batch_files: BatchFiles | None = None  # set: the output files an OpenAI batch object names are kept
+    creates: str | None = None  # a batch-creating request (OPENAI, ANTHROPIC): the tenant is kept as its owner
 
 
 class Forwarder:
@@ -180,6 +181,7 @@ class _Stream:
         # A batch object is kept whole (it is small) beside the relay, its output files noted at its end.
         self.files = out.batch_files if ok and resp.content_type == "application/json" \
             and encoding in ("", "identity") else None
+        self.creates = out.creates
         self.batch_object = bytearray()
         self.held = False  # the answer is being held whole, nothing of it sent yet
 
@@ -226,7 +228,7 @@ class _Stream:
         if not self.recorded:
             await self._record(ended=True)
         if self.files is not None and resp.at_end:  # noted before the client can ask for the file
-            await self.files.note(ex.upstream, ex.tenant, bytes(self.batch_object))
+            await self.files.note(ex.upstream, ex.tenant, bytes(self.batch_object), self.creates)
         ex.overhead_s += time.perf_counter() - t_mark
         await send({"type": "http.response.body", "body": last, "more_body": False})
 
@@ -251,7 +253,11 @@ class _Stream:
                 break
         self.held = False
         if len(held) > MAX_HELD:
+            self.files = None  # no batch object: nothing to note
             return bytes(held)
+        if self.files is not None:  # a created batch's owner, noted before the client knows its id
+            await self.files.note(self.ex.upstream, self.ex.tenant, bytes(held), self.creates)
+            self.files = None
         coding = (resp.header(b"content-encoding") or "").strip().lower()
         body = named_here(bytes(held), coding, public_url)
         if body is None:

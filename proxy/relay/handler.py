@@ -26,7 +26,7 @@ from proxy.errors import error_body
 from proxy.metering.meter import Exchange, Meter, bounded, clean_tag
 from proxy.metering.refusals import Refusals
 from proxy.metrics.metrics import Metrics
-from proxy.protocol.batch import batch_download, names_output_files, names_results_url
+from proxy.protocol.batch import batch_download, creates_batch, names_output_files, names_results_url
 from proxy.protocol.names import CHAT_STYLE, METERED, MISSING_KEY, UNKNOWN_KEY
 from proxy.protocol.paths import Classified, classify
 from proxy.protocol.request_body import read_request
@@ -150,12 +150,14 @@ class Relay:
             body, drop_usage_only = inject(ex.request, body)
 
         # Batch results are metered line by line; a batch object's results_url is made to name llmmeter,
-        # and the output files an OpenAI batch object names are kept (proxy/relay/provenance.py).
+        # and the output files an OpenAI batch object names are kept, as is the tenant that created a
+        # batch: its results are that tenant's, whoever downloads them (proxy/relay/provenance.py).
         # Without public_url results_url becomes a bare path ("" + /v1/...): an SDK that followed the
         # provider's URL would carry the tenant's proxy key to the provider's host, unmetered.
         download = batch_download(method, path)
         public_url = (self.settings.public_url or "") if names_results_url(path) else None
-        output_files = names_output_files(path)
+        creates = creates_batch(method, path)
+        output_files = names_output_files(path) or creates is not None
         read = endpoint in METERED or download is not None or public_url is not None or output_files
         out_headers = request_headers(headers, up, metered=read, anthropic=anthropic,
                                       strip_client_auth=bool(self.keys))
@@ -166,7 +168,7 @@ class Relay:
                                                 target_url(up, f"/v1/files/{download.source_id}", b""), out_headers)
         url = target_url(up, path, scope.get("query_string", b""))
         out = Outbound(self.upstreams[up.name], method, url, out_headers, body, drop_usage_only, anthropic,
-                       download, public_url, self.files if output_files else None)
+                       download, public_url, self.files if output_files else None, creates)
         await self._forward(ex, out, scope, receive, send)
 
     async def _forward(self, ex: Exchange, out: Outbound, scope: Scope, receive: Receive, send: Send) -> None:

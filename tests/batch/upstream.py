@@ -1,6 +1,8 @@
 """A real HTTP upstream serving batch jobs as OpenAI and Anthropic do, for the batch tests.
 
-OpenAI: POST /v1/batches, GET /v1/batches/{id} (a batch naming its output_file_id), POST /v1/files
+OpenAI: POST /v1/batches (naming no output file yet, as a new batch does), GET /v1/batches (every
+batch created here, as an account every tenant shares lists them), GET /v1/batches/{id} (a batch
+naming its output_file_id `file-{id}`), POST /v1/files
 (a multipart upload), GET /v1/files/{id} (the file object: `purpose` as uploaded, `batch_output`
 for a file a test put in `files` itself, unless `purposes` says otherwise) and
 GET /v1/files/{id}/content.
@@ -33,6 +35,7 @@ class BatchUpstream:
     def __init__(self) -> None:
         self.files: dict[str, Body] = {}
         self.results: dict[str, Body] = {}
+        self.batches: list[str] = []  # ids of the batches POST /v1/batches created, in order
         self.purposes: dict[str, str] = {}  # file id -> purpose; a file in `files` without one: batch_output
         self.file_objects = True  # False: GET /v1/files/{id} is 404, as on servers without file objects
         self.gzip = False  # compress file content although identity was asked for
@@ -64,6 +67,12 @@ class BatchUpstream:
             self._server.should_exit = True
             self._thread.join(timeout=5)
 
+    def batch(self, batch_id: str) -> dict[str, Any]:
+        return {"id": batch_id, "object": "batch", "endpoint": "/v1/chat/completions", "errors": None,
+                "input_file_id": "file-in", "completion_window": "24h", "status": "completed",
+                "output_file_id": "file-" + batch_id, "error_file_id": None, "created_at": 1780000000,
+                "request_counts": {"total": 3, "completed": 3, "failed": 0}, "metadata": None}
+
     def message_batch(self, batch_id: str, ended: bool = True) -> dict[str, Any]:
         return {"id": batch_id, "type": "message_batch", "processing_status": "ended" if ended else "in_progress",
                 "request_counts": {"processing": 0, "succeeded": 2, "errored": 1, "canceled": 0, "expired": 0},
@@ -93,17 +102,18 @@ class BatchUpstream:
             return await self.json(send, self.file_object(parts[2]))
         if parts == ["v1", "batches"] and method == "POST":
             request = orjson.loads(body)
+            batch_id = "batch_new" + (str(len(self.batches)) if self.batches else "")
+            self.batches.append(batch_id)
             return await self.json(send, {
-                "id": "batch_new", "object": "batch", "endpoint": request["endpoint"], "errors": None,
+                "id": batch_id, "object": "batch", "endpoint": request["endpoint"], "errors": None,
                 "input_file_id": request["input_file_id"], "completion_window": "24h", "status": "validating",
                 "output_file_id": None, "error_file_id": None, "created_at": 1780000000,
                 "request_counts": {"total": 0, "completed": 0, "failed": 0}, "metadata": None})
+        if parts == ["v1", "batches"]:
+            return await self.json(send, {"object": "list", "data": [self.batch(b) for b in self.batches],
+                                          "has_more": False})
         if parts[:2] == ["v1", "batches"] and len(parts) == 3:
-            return await self.json(send, {
-                "id": parts[2], "object": "batch", "endpoint": "/v1/chat/completions", "errors": None,
-                "input_file_id": "file-in", "completion_window": "24h", "status": "completed",
-                "output_file_id": "file-" + parts[2], "error_file_id": None, "created_at": 1780000000,
-                "request_counts": {"total": 3, "completed": 3, "failed": 0}, "metadata": None})
+            return await self.json(send, self.batch(parts[2]))
         if parts[:3] == ["v1", "messages", "batches"]:
             if len(parts) == 3 and method == "POST":
                 return await self.json(send, self.message_batch("msgbatch_new", ended=False))

@@ -21,8 +21,7 @@ from typing import Any, ClassVar, Protocol
 
 from proxy.ledger.migrations import load, unknown
 from proxy.ledger.record import Record
-from proxy.ledger.store.batch_files import note as note_files
-from proxy.ledger.store.batch_files import owner_sql
+from proxy.ledger.store.batch_files import BatchFile, file_sql, note_files, note_owner, owner_sql
 from proxy.ledger.store.errors import LedgerOutdated, LedgerTooNew, StoreUnavailable
 from proxy.ledger.store.percentiles import input_side_percentiles, locate
 from proxy.ledger.store.repricing import Repricing, candidates_sql
@@ -210,20 +209,35 @@ class SqlStore(ABC):
             raise StoreUnavailable(f"{self.shown}: ledger_meta holds no ledger id of 32 hex digits ({value!r})")
         return value
 
-    # --- batch output files (proxy/ledger/store/batch_files.py) -------------------------
-    def note_batch_files(self, upstream: str, tenant: str, batch_id: str, file_ids: Sequence[str],
-                         at_us: int) -> None:
-        """Files a batch object named as its output, seen through `tenant`'s request; StoreUnavailable on failure."""
+    # --- batch owners and output files (proxy/ledger/store/batch_files.py) -------------
+    def note_batch_owner(self, upstream: str, batch_id: str, tenant: str, at_us: int) -> None:
+        """`tenant` created `batch_id` through llmmeter; StoreUnavailable on failure."""
         if self.read_only:
             raise StoreUnavailable(f"{self.shown}: opened read-only")
         with self.budget_locked(None) as session:  # one short transaction, no budget's lock
-            note_files(session, self.mark, upstream, tenant, batch_id, file_ids, at_us)
+            note_owner(session, self.mark, upstream, batch_id, tenant, at_us)
 
-    def batch_file_owner(self, upstream: str, file_id: str) -> str | None:
-        """The tenant whose batch named `file_id` as its output through llmmeter, or None."""
-        rows = self._read(owner_sql(self.mark), (upstream, file_id))
+    def note_batch_files(self, upstream: str, batch_id: str, file_ids: Sequence[str], at_us: int) -> None:
+        """Files a batch object named as its output; StoreUnavailable on failure."""
+        if self.read_only:
+            raise StoreUnavailable(f"{self.shown}: opened read-only")
+        with self.budget_locked(None) as session:
+            note_files(session, self.mark, upstream, batch_id, file_ids, at_us)
+
+    def batch_owner(self, upstream: str, batch_id: str) -> str | None:
+        """The tenant that created `batch_id` through llmmeter, or None."""
+        rows = self._read(owner_sql(self.mark), (upstream, batch_id))
         owner = rows[0]["tenant"] if rows else None
         return owner if isinstance(owner, str) else None
+
+    def batch_file(self, upstream: str, file_id: str) -> BatchFile | None:
+        """None when no batch object named `file_id` as its output through llmmeter; else its
+        batch, and that batch's creator (None: llmmeter did not see it created)."""
+        rows = self._read(file_sql(self.mark), (upstream, file_id))
+        if not rows:
+            return None
+        batch_id, tenant = rows[0]["batch_id"], rows[0]["tenant"]
+        return BatchFile(str(batch_id), tenant if isinstance(tenant, str) else None)
 
     # --- reads --------------------------------------------------------------------------
     def query(self, start_from: datetime, start_to: datetime, tenant: str | None) -> Iterator[Record]:
