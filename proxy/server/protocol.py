@@ -164,6 +164,7 @@ class RelayProtocol(HttpToolsProtocol):
         self._held = b""  # bytes received after a request while its answer (or the pipeline) is pending
         self._offer: tuple[bytes, str] | None = None  # method and version of a head whose upgrade is ignored
         self._lingered = 0
+        self._closing: Any = None  # the request whose answer said `connection: close`
         self._guesses = 0  # ends guessed for the request being read
         self._trailers = False  # a chunked body's last chunk was probably seen
         self._head_timer: asyncio.TimerHandle | None = None
@@ -389,6 +390,8 @@ class RelayProtocol(HttpToolsProtocol):
         self._tail = b"\r\n" if self._te is not None else b""
         self._phase, self._body_seen = _BODY, self.loop.time()
         super().on_headers_complete()
+        if self._body_left != 0 and self.cycle is not None:  # a body (or chunked): it may go unread
+            self._watch_answer(self.cycle)
 
     def _should_upgrade(self) -> bool:
         return False  # llmmeter serves no WebSocket: every upgrade offer is ignored
@@ -415,13 +418,32 @@ class RelayProtocol(HttpToolsProtocol):
             self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive,
                                                                 self.timeout_keep_alive_handler)
 
+    def _watch_answer(self, cycle: Any) -> None:
+        """An answer that starts before its request's body is whole says `connection: close`, so the
+        client opens a new connection for its next request; the connection then ends (_linger)."""
+        send = cycle.send
+
+        async def send_watched(message: Any) -> None:
+            if message["type"] == "http.response.start" and cycle.more_body and not cycle.response_started:
+                cycle.keep_alive = False  # uvicorn writes `connection: close` in the head
+                self._closing = cycle
+            elif (self._closing is cycle and message["type"] == "http.response.body"
+                  and not message.get("more_body")):
+                cycle.keep_alive = True  # the close is on_response_complete's, not uvicorn's at once
+            await send(message)
+
+        cycle.send = send_watched
+
     def on_response_complete(self) -> None:
         if self._phase == _BODY and self.cycle.response_complete:  # answered before its body was read (401, 413, 429)
             self.server_state.total_requests += 1
             self._linger()
             return
         super().on_response_complete()
-        if self._phase == _STOPPED:
+        if self._closing is not None and self._closing.response_complete:  # said close; its body ended since
+            self._closing = None
+            self.transport.close()
+        elif self._phase == _STOPPED:
             if not self._owed():
                 self.transport.close()
         elif self._held:

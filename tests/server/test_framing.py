@@ -268,8 +268,9 @@ def test_after_an_answer_to_an_unread_body_nothing_more_is_parsed_and_the_connec
     async def main() -> None:
         conn = Conn(app)
         await conn.feed([head + b"{"])
-        assert statuses(conn) == [401]
-        assert conn.transport.eof  # the client sees the end at once
+        [(status, headers, _)] = responses(conn.transport.written)
+        assert status == 401 and headers[b"connection"] == b"close"  # the client opens a new one next
+        assert conn.transport.eof  # and sees the end at once
         await conn.feed([SMUGGLED, b"x" * 1000])
         assert app.paths == ["/v1/chat/completions"]  # the "body" was never read as a request
         assert not conn.transport.closed
@@ -362,5 +363,18 @@ def test_a_head_of_an_ordinary_size_passes() -> None:
         conn = Conn(app)
         await conn.feed([b"GET /v1/models HTTP/1.1\r\nHost: x\r\n" + fields + b"\r\n"])
         assert statuses(conn) == [200]
+
+    run(main)
+
+
+def test_an_answer_to_a_whole_body_keeps_the_connection() -> None:
+    app = Gate(read_body=False, status=401)
+    app.go.set()
+
+    async def main() -> None:
+        conn = Conn(app)
+        await conn.feed([b"POST /v1/files HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}" + SMUGGLED])
+        assert statuses(conn) == [401, 401]  # the body had arrived: the next request is read
+        assert not conn.transport.closed and b"connection: close" not in conn.transport.written
 
     run(main)
