@@ -6,7 +6,9 @@ import argparse
 import gc
 import hashlib
 import logging
+import os
 import secrets
+import signal
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -26,6 +28,23 @@ if TYPE_CHECKING:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        return _reader_gone()
+
+
+def _reader_gone() -> int:
+    """The reader of our output left (`llmmeter prices show | head`): end quietly, as a process
+    killed by SIGPIPE would, with no traceback; stdout goes to /dev/null so the flush at exit
+    does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if not hasattr(args, "run"):
