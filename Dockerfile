@@ -17,22 +17,26 @@ FROM python:3.11-slim-bookworm
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PATH=/opt/llmmeter/bin:$PATH \
-    LLMMETER_HOST=0.0.0.0 \
-    LLMMETER_PORT=8080 \
-    LLMMETER_DB=sqlite:////data/llmmeter.db \
     XDG_CACHE_HOME=/data/cache
+# No LLMMETER_HOST/PORT/DB here: environment beats the config file, so a mounted config's
+# [server] and [ledger] would be ignored. /app/data points at the volume, so the built-in
+# ledger default (sqlite:///data/llmmeter.db, relative) lands there too.
 RUN groupadd --system --gid 10001 llmmeter \
     && useradd --system --uid 10001 --gid llmmeter --no-create-home --home-dir /nonexistent llmmeter \
-    && mkdir /data \
-    && chown llmmeter:llmmeter /data
+    && mkdir /data /app \
+    && chown llmmeter:llmmeter /data \
+    && ln -s /data /app/data
 COPY --from=build /opt/llmmeter /opt/llmmeter
-# A config mounted at /app/llmmeter.toml is read as ./llmmeter.toml.
+# The image's defaults (0.0.0.0:8080, the ledger on /data) as a config file at
+# /app/llmmeter.toml, read as ./llmmeter.toml: a config mounted there replaces it.
+COPY llmmeter.container.toml /app/llmmeter.toml
 WORKDIR /app
 USER 10001:10001
 VOLUME ["/data"]
 EXPOSE 8080
 # Ready means the ledger is writable and the price tables are loaded (/readyz).
+# The probe reads the same config and environment as serve, so it asks the port in force.
 HEALTHCHECK --interval=15s --timeout=3s --start-period=10s --retries=3 \
-    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/readyz' % os.environ.get('LLMMETER_PORT', '8080'), timeout=2)"]
+    CMD ["python", "-m", "proxy.healthcheck"]
 ENTRYPOINT ["llmmeter"]
 CMD ["serve"]

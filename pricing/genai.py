@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from pricing.genai_data import FIRST_EFFECTIVE, PACKAGE, Data, ProviderTable, Skipped, convert, load
 from pricing.genai_verify import Filled, imported_from, verify
@@ -25,6 +25,9 @@ from pricing.loader import PriceTableError, check_dir, load_dir
 from pricing.model import Price
 from pricing.toml_writer import entry_text, price_text, table_text
 from proxy.errors import ConfigError
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
 
 FILE_PREFIX = "genai-prices-"
 _FIELDS = ("input", "output", "cache_read", "cache_write", "cache_write_1h", "web_search_per_1k")
@@ -427,18 +430,18 @@ def _in_force(prices: list[Price], at: datetime) -> dict[Key, Price]:
     return out
 
 
-def diff_command(args: argparse.Namespace) -> int:
+def diff_command(args: argparse.Namespace, tables: Path | Traversable, origin: str) -> int:
+    """`prices diff` of `tables` (the directory in use, `origin` saying why) against genai-prices."""
     from zoneinfo import ZoneInfo
 
-    from pricing.loader import default_tables_dir
     from proxy.export import parse_when
 
-    directory = Path(str(args.dir or default_tables_dir()))
+    directory = Path(str(tables))
     at = parse_when(args.at, ZoneInfo("UTC")) if args.at else datetime.now(UTC)
     data = load()
     found, notes = diff_tables(data, directory, at)
-    print(f"{directory} against {PACKAGE} {data.version}'s calculator: every date prices change, and "
-          f"{at.isoformat()}")
+    print(f"{directory} ({origin}) against {PACKAGE} {data.version}'s calculator: every date prices change, "
+          f"and {at.isoformat()}")
     for note in notes:
         print(note)
     for d in found:

@@ -6,7 +6,9 @@ import argparse
 import gc
 import hashlib
 import logging
+import os
 import secrets
+import signal
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -18,6 +20,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pricing import PriceBook, PriceTableError, check_dir, default_tables_dir, load_dir
 from proxy import settings as config
 from proxy.errors import ConfigError, LLMMeterError, OutputError
+from proxy.prices_in_use import tables_in_use
 
 if TYPE_CHECKING:
     from proxy.export import Output
@@ -25,6 +28,23 @@ if TYPE_CHECKING:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        return _reader_gone()
+
+
+def _reader_gone() -> int:
+    """The reader of our output left (`llmmeter prices show | head`): end quietly, as a process
+    killed by SIGPIPE would, with no traceback; stdout goes to /dev/null so the flush at exit
+    does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if not hasattr(args, "run"):
@@ -40,6 +60,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Anything else is a bug: it keeps its traceback.
         print(f"llmmeter: {e}", file=sys.stderr)
         return 1
+
+
+_TABLES_HELP = "price table directory (default: the tables in use: LLMMETER_PRICES, [pricing] dir, else shipped)"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -82,11 +105,13 @@ def _parser() -> argparse.ArgumentParser:
     prices = sub.add_parser("prices", help="check or show price tables")
     psub = prices.add_subparsers(metavar="ACTION")
     check = psub.add_parser("check", help="validate price tables (file:line errors)")
-    check.add_argument("dir", nargs="?", type=Path)
+    check.add_argument("dir", nargs="?", type=Path, help=_TABLES_HELP)
+    check.add_argument("--config", type=Path)
     check.set_defaults(run=_prices_check)
     show = psub.add_parser("show", help="print the prices in force")
     show.add_argument("--at", help="RFC 3339 time or YYYY-MM-DD (default: now)")
-    show.add_argument("dir", nargs="?", type=Path)
+    show.add_argument("dir", nargs="?", type=Path, help=_TABLES_HELP)
+    show.add_argument("--config", type=Path)
     show.set_defaults(run=_prices_show)
     imp = psub.add_parser("import", help="write version-2 price tables from a maintained source")
     imp.add_argument("source", choices=("genai-prices",))
@@ -98,7 +123,8 @@ def _parser() -> argparse.ArgumentParser:
     imp.add_argument("--config", type=Path)
     imp.set_defaults(run=_prices_import)
     diff = psub.add_parser("diff", help="list models whose prices differ from a maintained source; exit 1 if any")
-    diff.add_argument("dir", nargs="?", type=Path)
+    diff.add_argument("dir", nargs="?", type=Path, help=_TABLES_HELP)
+    diff.add_argument("--config", type=Path)
     diff.add_argument("--against", required=True, choices=("genai-prices",))
     diff.add_argument("--at", help="RFC 3339 time or YYYY-MM-DD (default: now)")
     diff.set_defaults(run=_prices_diff)
@@ -154,7 +180,8 @@ def _prices_import(args: argparse.Namespace) -> int:
 def _prices_diff(args: argparse.Namespace) -> int:
     from pricing.genai import diff_command
 
-    return diff_command(args)
+    tables = tables_in_use(args.config, args.dir)
+    return diff_command(args, tables.directory, tables.origin)
 
 
 def _reprice(args: argparse.Namespace) -> int:
@@ -320,25 +347,26 @@ def _zone(name: str) -> ZoneInfo:
 
 
 def _prices_check(args: argparse.Namespace) -> int:
-    directory = args.dir or default_tables_dir()
-    errors = check_dir(directory)
+    tables = tables_in_use(args.config, args.dir)
+    errors = check_dir(tables.directory)
     for e in errors:
         print(e, file=sys.stderr)
     if errors:
+        print(f"{tables}: {len(errors)} {'error' if len(errors) == 1 else 'errors'}", file=sys.stderr)
         return 1
-    n = len(load_dir(directory))
-    print(f"{directory}: {n} price entries, all valid")
+    n = len(load_dir(tables.directory))
+    print(f"{tables}: {n} price entries, all valid")
     return 0
 
 
 def _prices_show(args: argparse.Namespace) -> int:
-
     from proxy.export import parse_when
 
     at = parse_when(args.at, ZoneInfo("UTC")) if args.at else datetime.now(UTC)
-    book = PriceBook(load_dir(args.dir or default_tables_dir()))
+    tables = tables_in_use(args.config, args.dir)
+    book = PriceBook(load_dir(tables.directory))
     rows = sorted(book.in_force(at), key=lambda p: (p.model, p.tier, p.upstream or "", p.inference_geo or ""))
-    print(f"prices in force at {at.isoformat()} (USD per million tokens; web search USD per 1,000 calls)")
+    print(f"{tables}: prices in force at {at.isoformat()} (USD per million tokens; web search USD per 1,000 calls)")
     print(f"{'model':<28} {'tier':<10} {'upstream':<12} {'input':>9} {'cache_read':>10} "
           f"{'cache_write':>11} {'output':>9} {'cache_write_1h':>14} {'web_search_1k':>13} {'geo':<6} effective_from")
 

@@ -638,6 +638,8 @@ def _upstreams(c: _Checker, items: list[dict[str, Any]]) -> tuple[Upstream, ...]
     for i, u in enumerate(items):
         name = _array_name(c, "upstream", u, i, {o.name for o in out})
         base = c.str_("upstream", u, "base_url", "", i)
+        if "base_url" not in u:  # without one, every call would fail inside the relay
+            c.fail("upstream", None, i, f"[[upstream]] {name!r} needs a base_url (e.g. \"https://api.moonshot.ai/v1\")")
         for key in ("base_url", "anthropic_base_url"):
             url = u.get(key)
             if url is not None and not (isinstance(url, str) and re.match(r"^https?://[^/\s]+", url)):
@@ -721,7 +723,9 @@ def _tenants(c: _Checker, items: list[dict[str, Any]]) -> tuple[Tenant, ...]:
     for i, t in enumerate(items):
         name = c.str_("tenant", t, "name", f"tenant{i}", i)
         problem = tenant_name_problem(name)
-        if problem:
+        if "name" not in t:  # a made-up name would bill the tenant's traffic to a label nobody chose
+            c.fail("tenant", None, i, "[[tenant]] needs a name")
+        elif problem:
             c.fail("tenant", "name", i, problem)
         if any(o.name == name for o in out):
             c.fail("tenant", "name", i, f"duplicate tenant name {name!r}")

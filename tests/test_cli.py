@@ -145,11 +145,19 @@ def test_serve_refuses_bad_flags_and_variables_naming_them(tmp_path: Path, args:
     (b"a = " + b"[" * 1000 + b"]" * 1000 + b"\n", "llmmeter.toml: arrays or tables nested too deeply"),
     (b'[server]\nread_timeout_s = nan\n', "llmmeter.toml:2: read_timeout_s must be a positive number"),
     (b'[[tenant]]\nname = "all"\n', "llmmeter.toml:2: tenant name 'all' is reserved"),
+    (b'[[tenant]]\nkey_sha256 = []\n', "llmmeter.toml:1: [[tenant]] needs a name"),
 ])
 def test_serve_refuses_hostile_config_naming_the_file(tmp_path: Path, data: bytes, words: str) -> None:
     (tmp_path / "llmmeter.toml").write_bytes(data)
     r = run("serve", "--upstream", "http://127.0.0.1:9/v1", cwd=tmp_path)
     assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_serve_refuses_an_upstream_without_base_url(tmp_path: Path) -> None:
+    (tmp_path / "llmmeter.toml").write_text('[[upstream]]\nname = "moonshot"\napi_key_env = "K"\n')
+    r = subprocess.run([sys.executable, "-m", "proxy", "serve"], capture_output=True, text=True, timeout=60,
+                       cwd=tmp_path, env={**os.environ, "K": "sk"})
+    assert r.returncode == 2 and "llmmeter.toml:1: [[upstream]] 'moonshot' needs a base_url" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("text", ["price = [1,2]\n", "a = " + "[" * 1000 + "]" * 1000 + "\n",

@@ -99,6 +99,10 @@ def test_precedence_flag_over_env_over_file(tmp_path: Path) -> None:
     ("[budget]\nmonthly_usd = 12.5\n", 2, "decimal string"),
     ("[server\nport = 1\n", 1, "Expected"),
     ("[estimate]\nencoding = \"o200k_base\"\nengine = \"rust\"\n", 3, "engine must be one of compact, tiktoken"),
+    # Required by the docs, so required here: without them serve used to start and fail every call,
+    # or bill a tenant as "tenant0".
+    ("[server]\nport = 1\n\n[[upstream]]\nname = \"a\"\nmodels = [\"m\"]\n", 4, "[[upstream]] 'a' needs a base_url"),
+    ("[[tenant]]\nname = \"a\"\n\n[[tenant]]\nkey_sha256 = []\n", 4, "[[tenant]] needs a name"),
 ])
 def test_bad_config_names_file_and_line(tmp_path: Path, text: str, line: int, words: str) -> None:
     path = write(tmp_path, text)

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from decimal import Decimal
 
 from proxy.budget.metrics import BudgetMetrics
 from proxy.budget.periods import period_of
@@ -33,6 +34,7 @@ from proxy.ledger.store import SqlStore
 from proxy.ledger.store.budgets import (
     LEASE_TTL_US,
     RENEW_EVERY_S,
+    Grant,
     Scope,
     Session,
     Standing,
@@ -60,15 +62,34 @@ class Rejection:
     period_end: datetime
     reserved: int | None  # the request's reservation, None when its model has no price
     reason: str  # "exceeded" | "unpriced" | "unavailable"
+    spent: int | None = None  # units: the period's priced cost when refused for room ("exceeded")
+    left: int | None = None  # units this request could still have reserved then
 
     def message(self) -> str:
+        name = self.budget.name
         if self.reason == "unpriced":
-            return (f"budget {self.budget.name!r} is enforced and this model has no price, so its cost cannot "
+            return (f"budget {name!r} is enforced and this model has no price, so its cost cannot "
                     "be bounded (allow_unpriced = true admits such requests)")
         if self.reason == "unavailable":
-            return f"budget {self.budget.name!r} cannot be checked right now (the ledger database is unavailable)"
-        return (f"budget {self.budget.name!r} is exhausted for the period ending "
-                f"{self.period_end.isoformat().replace('+00:00', 'Z')}")
+            return f"budget {name!r} cannot be checked right now (the ledger database is unavailable)"
+        end = self.period_end.isoformat().replace("+00:00", "Z")
+        limit = usd_units(self.budget.limit_usd)
+        # A request whose worst case cannot fit is told so: "exhausted" only when it is.
+        if self.reserved is not None and self.reserved > limit:
+            return (f"this request may cost up to {_dollars(self.reserved)} (its input and max output tokens at "
+                    f"their prices), more than budget {name!r}'s whole limit of {_dollars(limit)} for the period "
+                    f"ending {end}: lower max_tokens or send less input")
+        if self.spent is not None and self.spent < limit and self.reserved is not None and self.left is not None:
+            return (f"this request may cost up to {_dollars(self.reserved)} (its input and max output tokens at "
+                    f"their prices); budget {name!r} has {_dollars(self.left)} of {_dollars(limit)} left for the "
+                    f"period ending {end} ({_dollars(self.spent)} spent, the rest reserved by requests in flight)")
+        return f"budget {name!r} is exhausted for the period ending {end}"
+
+
+def _dollars(units: int) -> str:
+    """Exact, so a small reservation never reads as $0.00."""
+    d = Decimal(units) / COST_UNITS_PER_USD
+    return f"${d.quantize(Decimal('0.01')):,}" if d >= 1 or not d else f"${format(d.normalize(), 'f')}"
 
 
 @dataclass(slots=True)
@@ -152,15 +173,18 @@ class Budgets:
             async with short.lock:
                 if short.free >= r:
                     continue  # another request grew it meanwhile
+                free = short.free
                 try:
-                    granted = await asyncio.to_thread(self._grant, short, r - short.free)
+                    g = await asyncio.to_thread(self._grant, short, r - free)
                     # An expired lease is renewed by the grant too: what it still held counts again.
                 except Exception as e:  # the database is away: an enforced budget fails closed
                     log.warning("budget %s: cannot reach the ledger database to reserve: %s", short.budget.name, e)
                     return self._rejected(short.budget, at, r, "unavailable")
-                if granted == 0:
-                    return self._rejected(short.budget, at, r, "exceeded")
-                short.amount += granted
+                if g.granted == 0:
+                    st = g.standing
+                    left = max(0, free + short.limit - st.spent - st.others - st.mine)
+                    return self._rejected(short.budget, at, r, "exceeded", st.spent, left)
+                short.amount += g.granted
 
     def release(self, reserved: int | None, leases: str | None) -> None:
         """A request admitted but ended with no record (an error in the relay): its reservation
@@ -172,9 +196,10 @@ class Budgets:
             if lease is not None:
                 lease.in_flight -= reserved
 
-    def _rejected(self, budget: Budget, at: datetime, r: int | None, reason: str) -> Rejection:
+    def _rejected(self, budget: Budget, at: datetime, r: int | None, reason: str, spent: int | None = None,
+                  left: int | None = None) -> Rejection:
         self.metrics.rejections.labels(budget.name).inc()
-        return Rejection(budget, period_of(budget, at)[1], r, reason)
+        return Rejection(budget, period_of(budget, at)[1], r, reason, spent, left)
 
     def _lease(self, budget: Budget, at: datetime) -> _Lease:
         """This replica's lease of the budget's period that holds `at` (made on first use)."""
@@ -193,7 +218,7 @@ class Budgets:
             self._current[budget.name] = found
         return found
 
-    def _grant(self, lease: _Lease, need: int) -> int:
+    def _grant(self, lease: _Lease, need: int) -> Grant:
         """In a thread: ask the database for at least `need` more units for this lease."""
         started = time.monotonic()
         with self.store.budget_locked(lease.budget.name) as session:
@@ -202,7 +227,7 @@ class Budgets:
         if g.granted:
             lease.valid_until = started + VALID_FOR_S
         self._observe(lease.budget, g.standing)
-        return g.granted
+        return g
 
     # -- settling -----------------------------------------------------------------------------
 

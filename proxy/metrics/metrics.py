@@ -40,7 +40,9 @@ class Labels:
         self.models = frozenset(book.models)
         self.tiers = frozenset({"standard", "highspeed"} | {t for m in book.models for t in book.tiers(m)}
                                | {to for _, to in settings.tier_aliases})
-        self.tenants = frozenset({"default"} | {t.name for t in settings.tenants})
+        # `unauthenticated`: requests refused before a key was known (docs/tenants.md); one value
+        # more, reserved so no tenant can take it, so the series stay bounded.
+        self.tenants = frozenset({"default", UNAUTHENTICATED} | {t.name for t in settings.tenants})
         self.tags = frozenset(settings.tags)
         self.upstreams = frozenset(u.name for u in settings.upstreams)
 

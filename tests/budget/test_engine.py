@@ -295,3 +295,33 @@ def test_a_clean_shutdown_gives_an_idle_lease_back(db_url: str, ledgers: list[Le
         assert lease_amounts(ledger) == {}  # not held for another 90 s
 
     asyncio.run(run())
+
+
+def test_a_refusal_says_why_the_request_does_not_fit(db_url: str, ledgers: list[Ledger]) -> None:
+    """"Exhausted" only when the period's spend has reached the limit: a first request whose worst
+    case is above the whole limit, or above what in-flight reservations leave, is told that."""
+    ledger = started(db_url, ledgers)
+    tiny = engine(ledger, Budget(name="tiny", limit_usd=Decimal("0.001"), mode="enforce"), "a")
+    no = asyncio.run(admit(tiny))
+    assert isinstance(no, Rejection) and no.reason == "exceeded"
+    assert no.message() == ("this request may cost up to $0.002 (its input and max output tokens at their prices), "
+                            "more than budget 'tiny''s whole limit of $0.001 for the period ending "
+                            "2026-12-01T00:00:00Z: lower max_tokens or send less input")
+
+    e = engine(ledger, budget("0.005"), "b")  # room for two reservations of $0.002, then $0.001 left
+
+    async def three() -> list[object]:
+        return [await admit(e) for _ in range(3)]
+
+    first, second, third = asyncio.run(three())
+    assert not isinstance(first, Rejection) and not isinstance(second, Rejection)
+    assert isinstance(third, Rejection)
+    assert third.message() == ("this request may cost up to $0.002 (its input and max output tokens at their "
+                               "prices); budget 'b' has $0.001 of $0.005 left for the period ending "
+                               "2026-12-01T00:00:00Z ($0.00 spent, the rest reserved by requests in flight)")
+
+    # Once the spend itself reaches the limit, the budget is exhausted.
+    lease_id = first[1]  # type: ignore[index]
+    ledger.append_many([record(i, R, lease_id, R + R // 4) for i in range(2)])
+    assert ledger.flush()
+    assert asyncio.run(admit(e)).message() == "budget 'b' is exhausted for the period ending 2026-12-01T00:00:00Z"  # type: ignore[union-attr]

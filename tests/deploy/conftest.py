@@ -42,10 +42,14 @@ class Container:
         self.url = f"http://127.0.0.1:{port}"
 
     def start(self, image: str, volume: str, upstream: str) -> Container:
+        """Settings from the environment, as `docker run -e` gives them."""
+        return self.run(image, volume, "-e", "LLMMETER_HOST=127.0.0.1", "-e", f"LLMMETER_PORT={self.port}",
+                        "-e", f"LLMMETER_UPSTREAM={upstream}")
+
+    def run(self, image: str, volume: str, *options: str) -> Container:
         # The healthcheck runs when a test asks (podman's timers need systemd, absent here).
         podman.run("run", "-d", "--name", self.name, "--network=host", "--health-interval=disable",
-                   "-e", "LLMMETER_HOST=127.0.0.1", "-e", f"LLMMETER_PORT={self.port}",
-                   "-e", f"LLMMETER_UPSTREAM={upstream}", "-v", f"{volume}:/data", image)
+                   "-v", f"{volume}:/data", *options, image)
         self.wait_ready()
         return self
 
@@ -106,4 +110,13 @@ def container(image: str) -> Iterator[Callable[[str, str], Container]]:
 
     yield start
     for c in started:
+        c.remove()
+
+
+@pytest.fixture
+def containers() -> Iterator[list[Container]]:
+    """Containers a test starts its own way; all removed at the end."""
+    made: list[Container] = []
+    yield made
+    for c in made:
         c.remove()

@@ -12,6 +12,7 @@ mappings there (tests/observability/test_compose.py checks the mapping as resolv
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import shutil
@@ -21,6 +22,7 @@ import uuid
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,21 +56,28 @@ class Compose:
         return r.stdout
 
 
-@pytest.fixture
-def compose(image: str, fake: FakeUpstream, tmp_path: Path) -> Iterator[tuple[Compose, Container]]:
-    """The llmmeter service built from the file (podman's layer cache holds `image`'s layers)."""
-    port = free_port()
+@contextlib.contextmanager
+def project(tmp_path: Path, service: dict[str, Any], env: dict[str, str]) -> Iterator[Compose]:
+    """The llmmeter service built from the file (podman's layer cache holds the image's layers),
+    on the host's network, with `service` merged in; taken down with its volume at the end."""
     override = tmp_path / "compose.override.yml"
     override.write_text(json.dumps({"services": {"llmmeter": {
-        "image": "llmmeter-test:compose", "network_mode": "host",
-        "environment": {"LLMMETER_HOST": "127.0.0.1", "LLMMETER_PORT": str(port)}}}}))
-    c = Compose(override, {"LLMMETER_UPSTREAM": fake.base_url, "GRAFANA_ADMIN_PASSWORD": "unused"})
+        "image": "llmmeter-test:compose", "network_mode": "host", **service}}}))
+    c = Compose(override, {"GRAFANA_ADMIN_PASSWORD": "unused", **env})
     try:
         c("build", "llmmeter")
-        yield c, Container(f"{c.project}_llmmeter_1", port)
+        yield c
     finally:
         subprocess.run([*c.cmd, "down", "--volumes"], env=c.env, capture_output=True, timeout=120)
         podman.run("volume", "rm", "--force", f"{c.project}_ledger", check=False)
+
+
+@pytest.fixture
+def compose(image: str, fake: FakeUpstream, tmp_path: Path) -> Iterator[tuple[Compose, Container]]:
+    port = free_port()
+    service = {"environment": {"LLMMETER_HOST": "127.0.0.1", "LLMMETER_PORT": str(port)}}
+    with project(tmp_path, service, {"LLMMETER_UPSTREAM": fake.base_url}) as c:
+        yield c, Container(f"{c.project}_llmmeter_1", port)
 
 
 def test_compose_starts_the_llmmeter_service(compose: tuple[Compose, Container]) -> None:
@@ -87,3 +96,27 @@ def test_compose_starts_the_llmmeter_service(compose: tuple[Compose, Container])
     service.wait_ready()
     [again] = service.ledger(expect=1)
     assert again["id"] == row["id"]
+
+
+def test_compose_runs_a_mounted_config_with_the_variables_it_names(image: str, fake: FakeUpstream,
+                                                                    tmp_path: Path) -> None:
+    """docs/deploy.md: llmmeter.toml mounted, LLMMETER_UPSTREAM= (empty) and LLMMETER_ENV_FILE
+    naming the key its upstream's api_key_env names. The config's port and ledger are in force."""
+    port = free_port()
+    conf = tmp_path / "llmmeter.toml"
+    conf.write_text(f'[server]\nhost = "127.0.0.1"\nport = {port}\n\n'
+                    '[ledger]\nurl = "sqlite:////data/mounted.db"\n\n'
+                    f'[[upstream]]\nname = "moonshot"\nbase_url = "{fake.base_url}"\n'
+                    'api_key_env = "MOONSHOT_API_KEY"\n')
+    secrets = tmp_path / "llmmeter.env"
+    secrets.write_text("MOONSHOT_API_KEY=sk-compose-env-file\n")
+    service = {"volumes": ["ledger:/data", f"{conf}:/app/llmmeter.toml:ro"]}
+    with project(tmp_path, service, {"LLMMETER_UPSTREAM": "", "LLMMETER_ENV_FILE": str(secrets)}) as up:
+        up("up", "--detach", "--no-deps", "llmmeter")
+        c = Container(f"{up.project}_llmmeter_1", port)
+        c.wait_ready()
+        chat(c)
+        [row] = c.ledger(expect=1)
+        assert Decimal(row["cost_usd"]) == USD and row["upstream"] == "moonshot"
+        assert fake.requests[-1]["headers"]["authorization"] == "Bearer sk-compose-env-file"
+        assert c.exec("ls", "/data").split().count("mounted.db") == 1

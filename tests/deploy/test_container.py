@@ -9,8 +9,10 @@ kimi-k3.1-pro's standard prices in pricing/tables/kimi.toml.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable
 from decimal import Decimal
+from pathlib import Path
 
 import httpx
 import pytest
@@ -19,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.deploy import podman
 from tests.deploy.conftest import Container
 from tests.fake_upstream import FakeUpstream
+from tests.serve import free_port
 
 pytestmark = pytest.mark.timeout(900)  # the first test builds the image: debootstrap and pip
 
@@ -101,3 +104,43 @@ def test_an_estimate_counts_inside_the_container(container: Start, volume: str, 
     [row] = c.ledger(expect=1)
     assert row["usage_source"] == "estimated" and row["input_tokens"] > 0
     assert "estimate_counter_failed" not in (row.get("flags") or "")
+
+
+def test_the_image_defaults_are_a_config_file_not_the_environment(image: str) -> None:
+    """Environment beats the config file: the image sets no LLMMETER_* variable, so a mounted
+    config's [server] and [ledger] are in force. Its defaults are /app/llmmeter.toml."""
+    env = podman.run("image", "inspect", "--format", "{{json .Config.Env}}", image).stdout
+    assert "LLMMETER_" not in env, env
+    probe = ("from proxy import settings as s; c = s.load(s.default_config_path()); "
+             "print(c.config_file, c.host, c.port, c.ledger_url)")
+    out = podman.run("run", "--rm", "--network=none", "--entrypoint", "python", image, "-c", probe).stdout
+    assert out.split() == ["llmmeter.toml", "0.0.0.0", "8080", "sqlite:////data/llmmeter.db"]
+    # A mounted config without [ledger] url gets the built-in relative default, still on the volume.
+    where = podman.run("run", "--rm", "--network=none", "--entrypoint", "readlink", image, "-f", "data/llmmeter.db")
+    assert where.stdout.strip() == "/data/llmmeter.db"
+
+
+def test_a_mounted_config_is_the_one_in_force(image: str, volume: str, fake: FakeUpstream,
+                                              containers: list[Container], tmp_path: Path) -> None:
+    """docs/deploy-container.md: llmmeter.toml mounted at /app/llmmeter.toml, the variables its
+    api_key_env names passed in an env file. Its port, ledger and upstream key are the ones used."""
+    c = Container(f"llmmeter-test-{uuid.uuid4().hex[:8]}", free_port())
+    conf = tmp_path / "llmmeter.toml"
+    conf.write_text(f'[server]\nhost = "127.0.0.1"\nport = {c.port}\n\n'
+                    '[ledger]\nurl = "sqlite:////data/from-config.db"\n\n'
+                    f'[[upstream]]\nname = "moonshot"\nbase_url = "{fake.base_url}"\n'
+                    'api_key_env = "MOONSHOT_API_KEY"\n')
+    secrets = tmp_path / "llmmeter.env"
+    secrets.write_text("MOONSHOT_API_KEY=sk-from-the-env-file\n")
+    containers.append(c)
+    c.run(image, volume, "-v", f"{conf}:/app/llmmeter.toml:ro", "--env-file", str(secrets))
+    chat(c)
+    [row] = c.ledger(expect=1)
+    assert Decimal(row["cost_usd"]) == USD
+    assert fake.requests[-1]["headers"]["authorization"] == "Bearer sk-from-the-env-file"
+    assert c.exec("ls", "/data").split().count("from-config.db") == 1
+    assert "llmmeter.db" not in c.exec("ls", "/data").split()
+    assert f"listening on http://127.0.0.1:{c.port}" in c.logs()
+    assert "ledger sqlite:////data/from-config.db" in c.logs()
+    # The HEALTHCHECK asks the port the config sets.
+    assert podman.run("healthcheck", "run", c.name, check=False).returncode == 0, c.logs()

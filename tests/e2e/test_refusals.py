@@ -91,3 +91,17 @@ def test_refusals_after_a_key_is_known_stay_one_record_each(fake: FakeUpstream, 
     assert [(r["tenant"], r["code"], r["outcome"], r["request_count"]) for r in rows] == [
         ("search-team", 404, "rejected", 1)] * 3
     assert not any("aggregated" in r["flags"] for r in rows)
+
+
+def test_keyless_requests_are_labelled_unauthenticated_on_metrics(fake: FakeUpstream, serve: Any) -> None:
+    """docs/tenants.md reserves `unauthenticated` for requests without a valid key: that is their
+    tenant label on /metrics, as in the ledger, whatever tenant header they send (no new series)."""
+    proxy = serve(upstream=fake.base_url, config=CONFIG)
+    for i in range(4):  # a connection each: llmmeter closes one after a 401 to an unread body
+        headers = {"x-llmmeter-tenant": f"made-up-{i}"} | ({"authorization": "Bearer nope"} if i % 2 else {})
+        r = httpx.post(proxy.base_url + "/chat/completions", json=CHAT, headers=headers, timeout=10)
+        assert r.status_code == 401
+    assert requests_total(proxy, tenant="unauthenticated", code="401", outcome="rejected") == 4
+    samples = proxy.metrics(headers={"authorization": f"Bearer {TOKEN}"})
+    tenants = {dict(lbls).get("tenant") for (name, lbls), v in samples.items() if name == "llmmeter_requests_total"}
+    assert tenants == {"unauthenticated"}

@@ -67,6 +67,22 @@ def test_compose_file_resolves_with_a_real_compose_parser() -> None:
     assert graf["image"] == f"grafana/grafana:{schema}"
 
 
+def test_the_llmmeter_service_gets_the_variables_of_its_env_file(tmp_path: Path) -> None:
+    """A mounted llmmeter.toml names variables (api_key_env = "MOONSHOT_API_KEY"): the file
+    LLMMETER_ENV_FILE names passes them in; without it the service starts with its own two."""
+    secrets = tmp_path / "llmmeter.env"
+    secrets.write_text("MOONSHOT_API_KEY=sk-from-file\nPGPASSWORD=pw-from-file\n")
+    r = compose_config(GRAFANA_ADMIN_PASSWORD="x", LLMMETER_ENV_FILE=str(secrets))
+    assert r.returncode == 0, r.stderr
+    env = yaml.safe_load(r.stdout)["services"]["llmmeter"]["environment"]
+    assert env["MOONSHOT_API_KEY"] == "sk-from-file" and env["PGPASSWORD"] == "pw-from-file"
+    r = compose_config(GRAFANA_ADMIN_PASSWORD="x")
+    assert r.returncode == 0, r.stderr
+    env = yaml.safe_load(r.stdout)["services"]["llmmeter"]["environment"]
+    assert set(env) == {"LLMMETER_UPSTREAM", "LLMMETER_UPSTREAM_API_KEY"}
+    assert "LLMMETER_ENV_FILE" in (REPO / "docs/deploy.md").read_text()
+
+
 def test_grafana_will_not_start_without_an_admin_password() -> None:
     r = compose_config()
     assert r.returncode != 0
@@ -103,15 +119,21 @@ def test_dockerfile_basics() -> None:
     users = [a for i, a in final if i == "USER"]
     assert users and users[-1].split(":")[0] not in ("0", "root")
     assert re.fullmatch(r"\d+:\d+", users[-1])
-    assert any(i == "HEALTHCHECK" and "/readyz" in a for i, a in final)
+    assert any(i == "HEALTHCHECK" and '"proxy.healthcheck"' in a for i, a in final)
+    assert "/readyz" in (REPO / "proxy/healthcheck.py").read_text()
     assert ("VOLUME", '["/data"]') in final
+    # Environment beats the config file: an LLMMETER_* variable in the image would override a
+    # mounted config. The defaults are a config file at ./llmmeter.toml instead.
     env = " ".join(a for i, a in final if i == "ENV")
-    assert "LLMMETER_DB=sqlite:////data/llmmeter.db" in env and "LLMMETER_HOST=0.0.0.0" in env
-    assert ("EXPOSE", "8080") in final and "LLMMETER_PORT=8080" in env
+    assert "LLMMETER_" not in env, env
+    assert ("COPY", "llmmeter.container.toml /app/llmmeter.toml") in final and ("WORKDIR", "/app") in final
+    defaults = tomllib.loads((REPO / "llmmeter.container.toml").read_text())
+    assert defaults == {"server": {"host": "0.0.0.0", "port": 8080}, "ledger": {"url": "sqlite:////data/llmmeter.db"}}
+    assert ("EXPOSE", "8080") in final
     assert final[-2:] == [("ENTRYPOINT", '["llmmeter"]'), ("CMD", '["serve"]')]
-    # What the wheel is built from exists, and .dockerignore lets it into the build context.
+    # What the image is built from exists, and .dockerignore lets it into the build context.
     copied = {s for i, a in ins if i == "COPY" and not a.startswith("--from") for s in a.split()[:-1]}
-    assert copied == {"pyproject.toml", "README.md", "proxy", "pricing"}
+    assert copied == {"pyproject.toml", "README.md", "proxy", "pricing", "llmmeter.container.toml"}
     assert all((REPO / s).exists() for s in copied)
     allowed = {line[1:].rstrip("/") for line in (REPO / ".dockerignore").read_text().splitlines()
                if line.startswith("!")}

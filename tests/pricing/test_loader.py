@@ -226,6 +226,7 @@ def test_prices_check_reports_band_and_fee_errors_with_file_and_line(tmp_path: P
     assert done.stderr.splitlines() == [
         f'{f}:12: web_search_per_1k must be a decimal string such as "2.00", not int 10',
         f"{f}:21: bands must be strictly ascending: above_input_tokens 1000 follows 200000 (at {f}:15)",
+        f"{tmp_path} (given on the command line): 2 errors",
     ]
     table(tmp_path, V2)
     done = subprocess.run([sys.executable, "-m", "proxy", "prices", "check", str(tmp_path)], capture_output=True,
