@@ -26,6 +26,8 @@ Request headers steer it (all optional; flags count unless "0"/"false"):
   x-fake-gzip        gzip a plain body even though identity was asked for
   x-fake-word        the content deltas are "<word>0 ", "<word>1 ", ... (default "tok")
   x-fake-error-usage with x-fake-status: the error body also carries the dialect's usage
+  x-fake-empty-stream a streamed request gets 200 and an event stream with no event at all
+                     (not even [DONE]), as llama-server answers a prompt past its context
 
 Run standalone (for bench/relay.py): python tests/fake_upstream.py --port 9000
 """
@@ -297,6 +299,8 @@ class _Exchange:
     async def sse(self, events: list[Event]) -> None:
         await self.start(200, b"text/event-stream; charset=utf-8",
                          [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")])
+        if _flag(self.h, "x-fake-empty-stream"):
+            events = []
         reset_after = int(self.h.get("x-fake-reset-after", "-1"))
         gone = self.gone()
         for i, (name, data) in enumerate(events):

@@ -22,7 +22,7 @@ from pricing.calculator import Priced, Tokens, price_parts, price_tokens
 from proxy.ledger.record import Record
 from proxy.metering.estimate.estimator import Estimator
 from proxy.metrics.metrics import Metrics
-from proxy.protocol.names import BATCH, METERED
+from proxy.protocol.names import BATCH, EMPTY_ANSWER, METERED, UPSTREAM_EMPTY
 from proxy.protocol.tap import OUTPUT_UNREPORTED
 from proxy.protocol.usage import Observed, Usage, settle
 from proxy.settings import Workloads
@@ -101,6 +101,8 @@ class Meter:
         only a placeholder)."""
         if ex.endpoint not in METERED or ex.request is None:
             return False
+        if _empty_answer(ex, observed):
+            return False  # nothing came back: nothing to count, nothing the client was given
         if observed.usage is not None:
             # Anthropic's message_start output count is a placeholder: a cut stream's output is counted.
             return OUTPUT_UNREPORTED in observed.usage.flags
@@ -140,7 +142,12 @@ class Meter:
             usage = settle(usage, ex.request, ex.upstream in self.from_total)
         flags: list[str] = [*ex.flags, *usage.flags] if usage else list(ex.flags)
         flags += [f for f in observed.faults if f not in flags]
-        if usage is None and ex.endpoint in METERED:
+        if usage is None and source == "upstream":
+            source = "none"  # nothing reported and nothing counted: no tokens, not zero reported ones
+        if _empty_answer(ex, observed):
+            ex.outcome = UPSTREAM_EMPTY
+            flags.append(EMPTY_ANSWER)
+        elif usage is None and ex.endpoint in METERED:
             flags.append("no_usage")
         u = usage or Usage(0, 0, 0, 0, None)
         canonical, tier = self._model_and_tier(ex, observed, flags)
@@ -233,6 +240,11 @@ class Meter:
         if self.pricing_failures % _PRICING_LOG_EVERY == 1:
             log.exception("request %s could not be priced (%d so far); recorded unpriced, flagged %s",
                           ex.id, self.pricing_failures, PRICING_FAILED)
+
+
+def _empty_answer(ex: Exchange, observed: Observed) -> bool:
+    """A 2xx stream that ended by itself with no event: the upstream answered nothing."""
+    return observed.empty and ex.stream and ex.outcome in ("ok", UPSTREAM_EMPTY) and 200 <= ex.code < 300
 
 
 def model_and_tier(book: PriceBook, endpoint: str, response_model: str | None, requested_model: str | None,

@@ -50,7 +50,7 @@ class StreamTap:
     __slots__ = (
         "_anth_delta", "_anth_start", "_bypass", "_chatty", "_consume", "_drop", "_extract", "_geo", "_id", "_model",
         "_raw", "_raw_size", "_reader", "_speed", "_text", "_text_size", "_tier", "_usage",
-        "content_started", "done", "endpoint", "error_seen", "faults", "gave_up", "text_truncated",
+        "content_started", "done", "endpoint", "error_seen", "events", "faults", "gave_up", "text_truncated",
     )
 
     def __init__(self, endpoint: str, drop_usage_only: bool) -> None:
@@ -61,6 +61,7 @@ class StreamTap:
         self.text_truncated = False  # completion_text() stopped at TEXT_CAP
         self.gave_up = False  # not SSE we can read (an event beyond MAX_PENDING): relayed untouched
         self.faults = 0  # events whose reading failed unexpectedly; relaying goes on regardless
+        self.events = False  # an event with data was seen (comments and keep-alives are not events)
         chat = endpoint in CHAT_STYLE
         self._drop = drop_usage_only and chat
         self._reader = SSEReader()
@@ -163,6 +164,7 @@ class StreamTap:
         """Read one block; True when it is a usage-only chunk to remove."""
         if b.data is None:
             return False  # comments, keep-alives, bare blank lines
+        self.events = True
         try:
             return self._consume(b.event, b.data)
         except Exception:  # metering must never break the client's stream
@@ -279,7 +281,8 @@ class StreamTap:
     def observed(self) -> Observed:
         usage = self._usage if self.endpoint != "messages" else self._anthropic_usage()
         return Observed(usage, self._model, self._tier, self._speed, self._id,
-                        (TAP_EVENT_ERROR,) if self.faults else (), self._geo)
+                        (TAP_EVENT_ERROR,) if self.faults else (), self._geo,
+                        empty=not self.events and not self.gave_up)
 
     def _anthropic_usage(self) -> Usage | None:
         if self._anth_start is None and self._anth_delta is None:

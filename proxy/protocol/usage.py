@@ -223,6 +223,7 @@ class Observed:
     upstream_request_id: str | None = None
     faults: tuple[str, ...] = ()  # what could not be read (proxy/protocol/names.py FAULT_KINDS)
     inference_geo: str | None = None  # Anthropic usage.inference_geo: an entry may price it apart
+    empty: bool = False  # a stream that carried no event at all (not even its end)
 
 
 def meta(v: object) -> str | None:
