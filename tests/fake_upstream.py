@@ -151,7 +151,15 @@ class FakeUpstream:
         return self
 
     def serve_forever(self) -> None:
-        uvicorn.Server(self._config()).run()
+        """Serve until interrupted, after one line on stdout that says where."""
+        self.start()
+        print(f"fake upstream listening on {self.base_url} (OpenAI and Anthropic paths; Ctrl-C stops it)",
+              flush=True)
+        assert self._thread is not None
+        try:
+            self._thread.join()
+        except KeyboardInterrupt:
+            self.stop()
 
     def stop(self) -> None:
         self._released.set()  # parked requests finish, so shutdown does not wait on them
@@ -560,9 +568,9 @@ class _Exchange:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="fake OpenAI/Anthropic-compatible upstream")
-    ap.add_argument("--port", type=int, default=9000)
+    ap.add_argument("--port", type=int, default=9000, help="TCP port on 127.0.0.1, 0 for any free one (default: 9000)")
     ap.add_argument("--default", action="append", default=[], metavar="HEADER=VALUE",
-                    help="an x-fake-* header applied when a request does not send it (repeatable)")
+                    help="an x-fake-* header applied when a request does not send it (repeatable; default: none)")
     a = ap.parse_args(argv)
     defaults = dict(d.split("=", 1) for d in a.default)
     FakeUpstream(a.port, defaults, record=False).serve_forever()
