@@ -62,7 +62,19 @@ def _main(argv: Sequence[str] | None) -> int:
         return 1
 
 
+# Help lines shared by several commands: each says the value's format and its default.
+CONFIG_HELP = "config file (default: $LLMMETER_CONFIG, else ./llmmeter.toml if present)"
+DB_HELP = ("ledger URL, sqlite:///PATH or postgresql://USER@HOST/DB (default: $LLMMETER_DB, else the config's "
+           "[ledger] url, else sqlite:///data/llmmeter.db)")
+PRICES_HELP = ("price table directory (default: $LLMMETER_PRICES, else the config's [pricing] dir, "
+               "else the shipped tables)")
 _TABLES_HELP = "price table directory (default: the tables in use: LLMMETER_PRICES, [pricing] dir, else shipped)"
+FROM_HELP = "first moment, inclusive: YYYY-MM-DD (midnight in --tz) or an RFC 3339 time"
+TO_HELP = "end, exclusive: YYYY-MM-DD (midnight in --tz) or an RFC 3339 time; all of November: --to 2026-12-01"
+TZ_HELP = "IANA time zone for dates, days and hours, e.g. America/Sao_Paulo (default: %(default)s)"
+TENANT_HELP = "only this tenant's requests (default: every tenant)"
+FORMAT_HELP = "output format, one of %(choices)s (default: %(default)s)"
+OUT_HELP = "write to this file (default: standard output)"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -70,103 +82,115 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(metavar="COMMAND")
 
     serve = sub.add_parser("serve", help="run the metering proxy")
-    serve.add_argument("--config", type=Path)
-    serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
-    serve.add_argument("--upstream", help="one default upstream base URL, e.g. https://api.moonshot.ai/v1")
-    serve.add_argument("--db", help="ledger URL, e.g. sqlite:///data/llmmeter.db")
-    serve.add_argument("--prices", type=Path, help="price table directory")
-    serve.add_argument("--workers", type=int)
+    serve.add_argument("--config", type=Path, help=CONFIG_HELP)
+    serve.add_argument("--host",
+                       help="address to listen on (default: $LLMMETER_HOST, else [server] host, else 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="TCP port (default: $LLMMETER_PORT, else [server] port, else 8080)")
+    serve.add_argument("--upstream", metavar="URL",
+                       help=("one default upstream base URL, e.g. https://api.moonshot.ai/v1, replacing every "
+                             "[[upstream]] (default: $LLMMETER_UPSTREAM, else the config's [[upstream]] tables)"))
+    serve.add_argument("--db", metavar="URL", help=DB_HELP)
+    serve.add_argument("--prices", type=Path, metavar="DIR", help=PRICES_HELP)
+    serve.add_argument("--workers", type=int, metavar="N",
+                       help="worker processes (default: $LLMMETER_WORKERS, else [server] workers, else 1)")
     serve.set_defaults(run=_serve)
 
     export = sub.add_parser("export", help="per-request ledger rows in [from, to)")
-    export.add_argument("--from", dest="start", required=True, metavar="WHEN")
-    export.add_argument("--to", dest="end", required=True, metavar="WHEN")
-    export.add_argument("--tz", default="UTC")
-    export.add_argument("--tenant")
-    export.add_argument("--format", choices=("csv", "jsonl"), default="csv")
-    export.add_argument("--out", type=Path)
-    export.add_argument("--db")
-    export.add_argument("--config", type=Path)
+    export.add_argument("--from", dest="start", required=True, metavar="WHEN", help=FROM_HELP)
+    export.add_argument("--to", dest="end", required=True, metavar="WHEN", help=TO_HELP)
+    export.add_argument("--tz", default="UTC", metavar="ZONE", help=TZ_HELP)
+    export.add_argument("--tenant", help=TENANT_HELP)
+    export.add_argument("--format", choices=("csv", "jsonl"), default="csv", help=FORMAT_HELP)
+    export.add_argument("--out", type=Path, metavar="FILE", help=OUT_HELP)
+    export.add_argument("--db", metavar="URL", help=DB_HELP)
+    export.add_argument("--config", type=Path, help=CONFIG_HELP)
     export.set_defaults(run=_export)
 
     report = sub.add_parser("report", help="the monthly usage report")
-    report.add_argument("--month", required=True, metavar="YYYY-MM")
-    report.add_argument("--tz", default="UTC")
-    report.add_argument("--tenant")
-    report.add_argument("--reprice-at", metavar="DATETIME")
-    report.add_argument("--format", choices=("md", "json", "csv", "html"), default="md")
-    report.add_argument("--out", type=Path)
-    report.add_argument("--db")
-    report.add_argument("--config", type=Path)
-    report.add_argument("--prices", type=Path, help="price table directory")
+    report.add_argument("--month", required=True, metavar="YYYY-MM", help="the month to report, e.g. 2026-11")
+    report.add_argument("--tz", default="UTC", metavar="ZONE", help=TZ_HELP)
+    report.add_argument("--tenant", help=TENANT_HELP)
+    report.add_argument("--reprice-at", metavar="DATETIME",
+                        help=("also price the month at the tables in force at this RFC 3339 time or YYYY-MM-DD "
+                              "(default: no repricing)"))
+    report.add_argument("--format", choices=("md", "json", "csv", "html"), default="md", help=FORMAT_HELP)
+    report.add_argument("--out", type=Path, metavar="FILE", help=OUT_HELP)
+    report.add_argument("--db", metavar="URL", help=DB_HELP)
+    report.add_argument("--config", type=Path, help=CONFIG_HELP)
+    report.add_argument("--prices", type=Path, metavar="DIR", help=PRICES_HELP)
     report.set_defaults(run=_report)
 
     prices = sub.add_parser("prices", help="check or show price tables")
     psub = prices.add_subparsers(metavar="ACTION")
     check = psub.add_parser("check", help="validate price tables (file:line errors)")
     check.add_argument("dir", nargs="?", type=Path, help=_TABLES_HELP)
-    check.add_argument("--config", type=Path)
+    check.add_argument("--config", type=Path, help=CONFIG_HELP)
     check.set_defaults(run=_prices_check)
     show = psub.add_parser("show", help="print the prices in force")
     show.add_argument("--at", help="RFC 3339 time or YYYY-MM-DD (default: now)")
     show.add_argument("dir", nargs="?", type=Path, help=_TABLES_HELP)
-    show.add_argument("--config", type=Path)
+    show.add_argument("--config", type=Path, help=CONFIG_HELP)
     show.set_defaults(run=_prices_show)
     imp = psub.add_parser("import", help="write version-2 price tables from a maintained source")
-    imp.add_argument("source", choices=("genai-prices",))
-    imp.add_argument("--provider", action="append", metavar="ID", help="only this provider (repeatable)")
+    imp.add_argument("source", choices=("genai-prices",), help="where the prices come from: genai-prices")
+    imp.add_argument("--provider", action="append", metavar="ID",
+                     help="only this provider id, e.g. openai (repeatable; default: every provider)")
     imp.add_argument("--out", type=Path, help="table directory to write (default: the --prices/config directory)")
-    imp.add_argument("--models", action="append", metavar="GLOB", help="only model ids matching (repeatable)")
+    imp.add_argument("--models", action="append", metavar="GLOB",
+                     help="only model ids matching this glob (repeatable; default: every model)")
     imp.add_argument("--upstream", action="append", metavar="ID=NAME",
-                     help="the provider whose prices an upstream's traffic uses (repeatable)")
-    imp.add_argument("--config", type=Path)
+                     help="the provider ID whose prices the upstream NAME's traffic uses (repeatable; default: none)")
+    imp.add_argument("--config", type=Path, help=CONFIG_HELP)
     imp.set_defaults(run=_prices_import)
     diff = psub.add_parser("diff", help="list models whose prices differ from a maintained source; exit 1 if any")
     diff.add_argument("dir", nargs="?", type=Path, help=_TABLES_HELP)
-    diff.add_argument("--config", type=Path)
-    diff.add_argument("--against", required=True, choices=("genai-prices",))
+    diff.add_argument("--config", type=Path, help=CONFIG_HELP)
+    diff.add_argument("--against", required=True, choices=("genai-prices",),
+                      help="the source to compare with: genai-prices")
     diff.add_argument("--at", help="RFC 3339 time or YYYY-MM-DD (default: now)")
     diff.set_defaults(run=_prices_diff)
 
     reprice = sub.add_parser("reprice", help="price ledger records with the entries in force at their start")
-    reprice.add_argument("--from", dest="start", required=True, metavar="WHEN")
-    reprice.add_argument("--to", dest="end", required=True, metavar="WHEN")
-    reprice.add_argument("--tz", default="UTC")
-    reprice.add_argument("--only-unpriced", action="store_true", help="only records unpriced when written")
+    reprice.add_argument("--from", dest="start", required=True, metavar="WHEN", help=FROM_HELP)
+    reprice.add_argument("--to", dest="end", required=True, metavar="WHEN", help=TO_HELP)
+    reprice.add_argument("--tz", default="UTC", metavar="ZONE", help=TZ_HELP)
+    reprice.add_argument("--only-unpriced", action="store_true",
+                         help="only records unpriced when written (default: every record)")
     reprice.add_argument("--apply", action="store_true", help="write the changes (default: show them only)")
-    reprice.add_argument("--db")
-    reprice.add_argument("--config", type=Path)
-    reprice.add_argument("--prices", type=Path, help="price table directory")
+    reprice.add_argument("--db", metavar="URL", help=DB_HELP)
+    reprice.add_argument("--config", type=Path, help=CONFIG_HELP)
+    reprice.add_argument("--prices", type=Path, metavar="DIR", help=PRICES_HELP)
     reprice.set_defaults(run=_reprice)
 
     reconcile = sub.add_parser("reconcile", help="the ledger against the provider's own billing")
-    reconcile.add_argument("--month", required=True, metavar="YYYY-MM")
+    reconcile.add_argument("--month", required=True, metavar="YYYY-MM", help="the month to compare, e.g. 2026-11")
     reconcile.add_argument("--against", required=True, metavar="SOURCE",
                            help="openai, anthropic, provider_cost, or a file or folder of saved API pages")
-    reconcile.add_argument("--threshold-pct", type=Decimal, default=Decimal(1), metavar="PCT")
-    reconcile.add_argument("--format", choices=("md", "json", "csv"), default="md")
-    reconcile.add_argument("--out", type=Path)
-    reconcile.add_argument("--db")
-    reconcile.add_argument("--config", type=Path)
+    reconcile.add_argument("--threshold-pct", type=Decimal, default=Decimal(1), metavar="PCT",
+                           help=("exit 1 when a day and model differ by more than this percentage (default: "
+                                 "%(default)s)"))
+    reconcile.add_argument("--format", choices=("md", "json", "csv"), default="md", help=FORMAT_HELP)
+    reconcile.add_argument("--out", type=Path, metavar="FILE", help=OUT_HELP)
+    reconcile.add_argument("--db", metavar="URL", help=DB_HELP)
+    reconcile.add_argument("--config", type=Path, help=CONFIG_HELP)
     reconcile.set_defaults(run=_reconcile)
 
     keys = sub.add_parser("keys", help="proxy keys for tenants")
     ksub = keys.add_subparsers(metavar="ACTION")
     new = ksub.add_parser("new", help="print a new random proxy key once, and its config line")
-    new.add_argument("tenant")
+    new.add_argument("tenant", help="the tenant's name, as in its [[tenant]] table")
     new.set_defaults(run=_keys_new)
 
     migrate = sub.add_parser("migrate", help="bring a ledger to this version's schema (serve does it at start)")
-    migrate.add_argument("--db", help="ledger URL, e.g. sqlite:///data/llmmeter.db")
-    migrate.add_argument("--config", type=Path)
+    migrate.add_argument("--db", metavar="URL", help=DB_HELP)
+    migrate.add_argument("--config", type=Path, help=CONFIG_HELP)
     migrate.set_defaults(run=_migrate)
 
     ledger = sub.add_parser("ledger", help="ledger upkeep")
     lsub = ledger.add_subparsers(metavar="ACTION")
     retry = lsub.add_parser("retry", help="import the records the database refused (dead letters) again")
-    retry.add_argument("--db", help="ledger URL, e.g. sqlite:///data/llmmeter.db")
-    retry.add_argument("--config", type=Path)
+    retry.add_argument("--db", metavar="URL", help=DB_HELP)
+    retry.add_argument("--config", type=Path, help=CONFIG_HELP)
     retry.set_defaults(run=_ledger_retry)
     return p
 

@@ -26,6 +26,8 @@ Request headers steer it (all optional; flags count unless "0"/"false"):
   x-fake-gzip        gzip a plain body even though identity was asked for
   x-fake-word        the content deltas are "<word>0 ", "<word>1 ", ... (default "tok")
   x-fake-error-usage with x-fake-status: the error body also carries the dialect's usage
+  x-fake-empty-stream a streamed request gets 200 and an event stream with no event at all
+                     (not even [DONE]), as llama-server answers a prompt past its context
 
 Run standalone (for bench/relay.py): python tests/fake_upstream.py --port 9000
 """
@@ -151,7 +153,15 @@ class FakeUpstream:
         return self
 
     def serve_forever(self) -> None:
-        uvicorn.Server(self._config()).run()
+        """Serve until interrupted, after one line on stdout that says where."""
+        self.start()
+        print(f"fake upstream listening on {self.base_url} (OpenAI and Anthropic paths; Ctrl-C stops it)",
+              flush=True)
+        assert self._thread is not None
+        try:
+            self._thread.join()
+        except KeyboardInterrupt:
+            self.stop()
 
     def stop(self) -> None:
         self._released.set()  # parked requests finish, so shutdown does not wait on them
@@ -303,6 +313,8 @@ class _Exchange:
     async def sse(self, events: list[Event]) -> None:
         await self.start(200, b"text/event-stream; charset=utf-8",
                          [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")])
+        if _flag(self.h, "x-fake-empty-stream"):
+            events = []
         reset_after = int(self.h.get("x-fake-reset-after", "-1"))
         gone = self.gone()
         for i, (name, data) in enumerate(events):
@@ -562,9 +574,9 @@ class _Exchange:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="fake OpenAI/Anthropic-compatible upstream")
-    ap.add_argument("--port", type=int, default=9000)
+    ap.add_argument("--port", type=int, default=9000, help="TCP port on 127.0.0.1, 0 for any free one (default: 9000)")
     ap.add_argument("--default", action="append", default=[], metavar="HEADER=VALUE",
-                    help="an x-fake-* header applied when a request does not send it (repeatable)")
+                    help="an x-fake-* header applied when a request does not send it (repeatable; default: none)")
     a = ap.parse_args(argv)
     defaults = dict(d.split("=", 1) for d in a.default)
     FakeUpstream(a.port, defaults, record=False).serve_forever()

@@ -51,7 +51,7 @@ class Record:
     cache_write_tokens: int = 0
     output_tokens: int = 0
     reasoning_tokens: int | None = None
-    usage_source: str = "upstream"  # upstream | estimated
+    usage_source: str = "upstream"  # upstream | estimated | none (nothing reported, nothing counted)
     flags: list[str] = field(default_factory=list)
     price_model: str | None = None
     price_tier: str | None = None

@@ -21,9 +21,10 @@ from pricing import Cost, PriceBook, Resolution
 from pricing.calculator import Priced, Tokens, price_parts, price_tokens
 from proxy.budget.unseen import settle as settle_budget
 from proxy.ledger.record import Record
+from proxy.metering.estimate.calibration import CALIBRATED, Calibration, Key, Overhead
 from proxy.metering.estimate.estimator import Estimator
 from proxy.metrics.metrics import Metrics
-from proxy.protocol.names import BATCH, METERED
+from proxy.protocol.names import BATCH, EMPTY_ANSWER, METERED, UPSTREAM_EMPTY
 from proxy.protocol.tap import OUTPUT_UNREPORTED
 from proxy.protocol.usage import Observed, Usage, settle
 from proxy.settings import Workloads
@@ -91,17 +92,21 @@ def bounded(value: object) -> str | None:
 
 class Meter:
     def __init__(self, book: PriceBook, estimator: Estimator, workloads: Workloads,
-                 journal: Journal, metrics: Metrics, from_total: frozenset[str] = frozenset()) -> None:
+                 journal: Journal, metrics: Metrics, from_total: frozenset[str] = frozenset(),
+                 calibration: Calibration | None = None) -> None:
         self.book, self.estimator, self.workloads = book, estimator, workloads
         self.journal, self.metrics = journal, metrics
         self.from_total = from_total  # upstreams whose hidden_output is "from_total"
         self.pricing_failures = 0
+        self.calibration = calibration or Calibration()
 
     def needs_estimate(self, ex: Exchange, observed: Observed) -> bool:
         """Estimate only when tokens were surely spent and the upstream said nothing (or, for output,
         only a placeholder)."""
         if ex.endpoint not in METERED or ex.request is None:
             return False
+        if _empty_answer(ex, observed):
+            return False  # nothing came back: nothing to count, nothing the client was given
         if observed.usage is not None:
             # Anthropic's message_start output count is a placeholder: a cut stream's output is counted.
             return OUTPUT_UNREPORTED in observed.usage.flags
@@ -116,12 +121,31 @@ class Meter:
             model = observed.model or ex.model_requested
             # Read here, on the loop: the tap that holds the text is the loop's.
             text = "" if ex.endpoint == "embeddings" and observed.usage is None else completion_text()
-            usage = await self.estimator.settle(model, self._estimate(ex, observed, model, text))
+            # Looked up here, on the loop: the count itself may run in a thread.
+            overhead = self.calibration.estimated(_key(ex, observed)) if observed.usage is None else None
+            usage = await self.estimator.settle(model, self._estimate(ex, observed, model, text, overhead))
             source = "estimated"
         return self.record(ex, observed, usage, source)
 
+    async def learn(self, ex: Exchange, observed: Observed) -> None:
+        """A call whose upstream reported usage teaches the estimates of its upstream, model and
+        endpoint the prompt tokens its template adds (estimate/calibration.py); only for those
+        that are estimated at all, and sampled, so a hosted API that always reports costs nothing."""
+        u = observed.usage
+        if (u is None or ex.endpoint not in _PROMPTED or ex.request is None or ex.request_skimmed
+                or not 200 <= ex.code < 300 or OUTPUT_UNREPORTED in u.flags):
+            return
+        key = _key(ex, observed)
+        if not self.calibration.wants(key):
+            return
+        model = observed.model or ex.model_requested
+        counted = await self.estimator.settle(model, self.estimator.prompt_steps(
+            ex.endpoint, model, ex.request, self.estimator.tally()))
+        reported = u.input_tokens + u.cache_read_tokens + u.cache_write_tokens + u.cache_write_1h_tokens
+        self.calibration.learn(key, reported, counted)
+
     def _estimate(self, ex: Exchange, observed: Observed, model: str | None,
-                  text: str) -> Generator[None, None, Usage]:
+                  text: str, overhead: Overhead | None = None) -> Generator[None, None, Usage]:
         tally = self.estimator.tally()
         # Output first: if the request's budget runs out, the dearer tokens were counted.
         output = yield from self.estimator.text_steps(model, text, tally)
@@ -132,8 +156,11 @@ class Meter:
             prompt = tally.approximate(ex.request_bytes)
         else:
             prompt = yield from self.estimator.prompt_steps(ex.endpoint, model, ex.request, tally)
+        flags = tally.flags
+        if overhead is not None:  # the template tokens this upstream adds, learnt from its reports
+            prompt, flags = max(0, prompt + overhead.tokens), (*flags, CALIBRATED)
         return Usage(input_tokens=prompt, cache_read_tokens=0, cache_write_tokens=0,
-                     output_tokens=output, reasoning_tokens=None, flags=tally.flags)
+                     output_tokens=output, reasoning_tokens=None, flags=flags)
 
     def record(self, ex: Exchange, observed: Observed, usage: Usage | None, source: str) -> Record:
         if usage is not None and source == "upstream":
@@ -141,7 +168,12 @@ class Meter:
             usage = settle(usage, ex.request, ex.upstream in self.from_total)
         flags: list[str] = [*ex.flags, *usage.flags] if usage else list(ex.flags)
         flags += [f for f in observed.faults if f not in flags]
-        if usage is None and ex.endpoint in METERED:
+        if usage is None and source == "upstream":
+            source = "none"  # nothing reported and nothing counted: no tokens, not zero reported ones
+        if _empty_answer(ex, observed):
+            ex.outcome = UPSTREAM_EMPTY
+            flags.append(EMPTY_ANSWER)
+        elif usage is None and ex.endpoint in METERED:
             flags.append("no_usage")
         u = usage or Usage(0, 0, 0, 0, None)
         canonical, tier = self._model_and_tier(ex, observed, flags)
@@ -236,6 +268,19 @@ class Meter:
         if self.pricing_failures % _PRICING_LOG_EVERY == 1:
             log.exception("request %s could not be priced (%d so far); recorded unpriced, flagged %s",
                           ex.id, self.pricing_failures, PRICING_FAILED)
+
+
+_PROMPTED = frozenset({"chat", "completions", "responses", "messages"})  # where a template wraps the prompt
+
+
+def _key(ex: Exchange, observed: Observed) -> Key:
+    """Calibration's key: the model the client asked for (the same on its streams and plain calls)."""
+    return ex.upstream, ex.model_requested or observed.model or "", ex.endpoint
+
+
+def _empty_answer(ex: Exchange, observed: Observed) -> bool:
+    """A 2xx stream that ended by itself with no event: the upstream answered nothing."""
+    return observed.empty and ex.stream and ex.outcome in ("ok", UPSTREAM_EMPTY) and 200 <= ex.code < 300
 
 
 def model_and_tier(book: PriceBook, endpoint: str, response_model: str | None, requested_model: str | None,

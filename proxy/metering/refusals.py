@@ -91,7 +91,7 @@ def aggregated_record(minute: datetime, reason: str, count: int) -> Record:
     """The record for `count` refusals of one reason in the minute starting at `minute`. Its
     endpoint is `other`: the refusals it stands for may have asked for any path."""
     return Record(id=new_id(), start=minute, tenant=UNAUTHENTICATED, endpoint="other", stream=False, code=401,
-                  outcome="rejected", flags=[AGGREGATED, reason], request_count=count)
+                  outcome="rejected", usage_source="none", flags=[AGGREGATED, reason], request_count=count)
 
 
 def _seconds_left(minute: datetime, now: datetime) -> float:

@@ -20,7 +20,11 @@ BILLED = METERED | {BATCH}
 CHAT_STYLE = frozenset({"chat", "completions"})  # where llmmeter may ask for the usage chunk
 
 OUTCOMES = ("ok", "upstream_http_error", "upstream_unreachable", "upstream_timeout", "upstream_reset",
-            "upstream_malformed", "client_closed", "rejected")
+            "upstream_malformed", "upstream_empty", "client_closed", "rejected")
+# A 2xx stream that ended with no event at all (not even [DONE]): the upstream produced nothing
+# (llama.cpp does this for a prompt past its context), so nothing is estimated or charged.
+UPSTREAM_EMPTY = "upstream_empty"
+EMPTY_ANSWER = "empty_answer"  # the flag of such a record
 
 # Why a request was refused before a key was known (llmmeter_refusals_total{reason}, and the
 # second flag of the ledger's aggregated record beside `aggregated`).

@@ -49,8 +49,8 @@ class StreamTap:
 
     __slots__ = (
         "_anth_delta", "_anth_start", "_bypass", "_chatty", "_consume", "_drop", "_extract", "_geo", "_id", "_model",
-        "_raw", "_raw_size", "_reader", "_speed", "_text", "_text_size", "_tier", "_usage",
-        "content_started", "done", "endpoint", "error_seen", "faults", "gave_up", "text_truncated",
+        "_raw", "_raw_size", "_reader", "_speed", "_text", "_text_size", "_tier", "_timings", "_usage",
+        "content_started", "done", "endpoint", "error_seen", "events", "faults", "gave_up", "text_truncated",
     )
 
     def __init__(self, endpoint: str, drop_usage_only: bool) -> None:
@@ -61,11 +61,13 @@ class StreamTap:
         self.text_truncated = False  # completion_text() stopped at TEXT_CAP
         self.gave_up = False  # not SSE we can read (an event beyond MAX_PENDING): relayed untouched
         self.faults = 0  # events whose reading failed unexpectedly; relaying goes on regardless
+        self.events = False  # an event with data was seen (comments and keep-alives are not events)
         chat = endpoint in CHAT_STYLE
         self._drop = drop_usage_only and chat
         self._reader = SSEReader()
         self._bypass = False
         self._usage: Usage | None = None
+        self._timings: Usage | None = None  # llama-server's own counts, used when no usage is reported
         self._model: str | None = None
         self._tier: str | None = None
         self._speed: str | None = None
@@ -163,6 +165,7 @@ class StreamTap:
         """Read one block; True when it is a usage-only chunk to remove."""
         if b.data is None:
             return False  # comments, keep-alives, bare blank lines
+        self.events = True
         try:
             return self._consume(b.event, b.data)
         except Exception:  # metering must never break the client's stream
@@ -179,7 +182,8 @@ class StreamTap:
         self._keep(data)
         if event == "error":
             self.error_seen = True
-        if self.content_started and not _reports(data, '"usage"') and not _reports(data, '"error"'):
+        if (self.content_started and not _reports(data, '"usage"') and not _reports(data, '"error"')
+                and '"timings"' not in data):
             return False  # a content chunk: its text is read later, if ever
         obj = loads(data)
         if not isinstance(obj, dict):
@@ -192,6 +196,9 @@ class StreamTap:
         u = openai_usage(obj, data)
         if u is not None:
             self._usage = u  # the last report wins; reports are never summed
+        timings = obj.get("timings")
+        if timings is not None:
+            self._timings = Usage.from_llama_timings(timings) or self._timings
         choices = obj.get("choices")
         if not self.content_started and isinstance(choices, list) and _chat_has_content(choices):
             self.content_started = True
@@ -277,9 +284,10 @@ class StreamTap:
     # -- what the stream told us ---------------------------------------------------------
 
     def observed(self) -> Observed:
-        usage = self._usage if self.endpoint != "messages" else self._anthropic_usage()
+        usage = (self._usage or self._timings) if self.endpoint != "messages" else self._anthropic_usage()
         return Observed(usage, self._model, self._tier, self._speed, self._id,
-                        (TAP_EVENT_ERROR,) if self.faults else (), self._geo)
+                        (TAP_EVENT_ERROR,) if self.faults else (), self._geo,
+                        empty=not self.events and not self.gave_up)
 
     def _anthropic_usage(self) -> Usage | None:
         if self._anth_start is None and self._anth_delta is None:
@@ -351,7 +359,7 @@ def _quiet_prefix(chunk: bytes) -> int:
     done = chunk.find(b"[DONE]")
     if done != -1:
         first = done
-    for key in (b'"usage"', b'"error"'):
+    for key in (b'"usage"', b'"error"', b'"timings"'):
         n = chunk.count(key)
         if n and n != chunk.count(key + b":null") + chunk.count(key + b": null"):
             at = chunk.find(key)

@@ -29,6 +29,7 @@ PARTIAL_USAGE = "partial_usage"
 READER_ERROR = "reader_error"
 TAP_EVENT_ERROR = "tap_event_error"
 OUTPUT_FROM_TOTAL = "output_from_total"  # total_tokens beyond the categories billed as (hidden) output
+FROM_TIMINGS = "usage_from_timings"  # llama-server's own counts from its `timings`, in a stream with no usage
 TOTAL_MISMATCH = "total_mismatch"  # the same, on an upstream whose hidden_output is "flag": only flagged
 
 
@@ -115,6 +116,17 @@ class Usage:
             if prompt is None:
                 f.flags.append(PARTIAL_USAGE)
         return cls(inp, cache_read, cache_write, completion or 0, reasoning, tuple(f.flags), total_tokens=total)
+
+    @classmethod
+    def from_llama_timings(cls, t: object) -> Usage | None:
+        """llama-server's `timings` (its last stream chunk carries them even when it ignores
+        include_usage): `prompt_n` prompt tokens evaluated, `cache_n` reused from its cache,
+        `predicted_n` generated. Its own counts, so better than an estimate, and flagged."""
+        f = _Fields()
+        prompt, cached, predicted = f.get(t, "prompt_n"), f.get(t, "cache_n"), f.get(t, "predicted_n")
+        if prompt is None or predicted is None:
+            return None
+        return cls(prompt, cached or 0, 0, predicted, None, (*f.flags, FROM_TIMINGS))
 
     @classmethod
     def from_responses(cls, u: object) -> Usage | None:
@@ -223,6 +235,7 @@ class Observed:
     upstream_request_id: str | None = None
     faults: tuple[str, ...] = ()  # what could not be read (proxy/protocol/names.py FAULT_KINDS)
     inference_geo: str | None = None  # Anthropic usage.inference_geo: an entry may price it apart
+    empty: bool = False  # a stream that carried no event at all (not even its end)
 
 
 def meta(v: object) -> str | None:

@@ -143,6 +143,9 @@ class Forwarder:
     async def finish(self, ex: Exchange, observed: Observed, text: Callable[[], str]) -> None:
         if not self.meter.needs_estimate(ex, observed):
             self.meter.record(ex, observed, observed.usage, "upstream")  # no await: no task to make
+            if observed.usage is not None and ex.stream is False:
+                # Before the last byte, so a client's next stream is estimated with what this taught.
+                await self.meter.learn(ex, observed)
             return
         # Shielded: a client leaving mid-estimate must not cost the record.
         await asyncio.shield(self.meter.finish(ex, observed, text))

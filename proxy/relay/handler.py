@@ -252,8 +252,8 @@ class Relay:
         (proxy/metering/refusals.py), so a keyless flood cannot fill the disk."""
         reason = MISSING_KEY if _presented_key(headers) is None else UNKNOWN_KEY
         self.refusals.refuse(reason, ex.endpoint, time.perf_counter() - ex.t0)
-        kind = "invalid_request_error" if anthropic else "authentication_error"
-        body = error_body("missing or unknown proxy key", kind, "invalid_api_key", anthropic)
+        # Both dialects name a bad key `authentication_error` (Anthropic's own 401 does; SDKs map it).
+        body = error_body("missing or unknown proxy key", "authentication_error", "invalid_api_key", anthropic)
         await send_whole(send, 401, body)
 
     async def _reject(self, ex: Exchange, send: Send, status: int, message: str, code: str, kind: str,

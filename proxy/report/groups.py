@@ -11,7 +11,7 @@ from proxy.report.model import Usage
 def usage(row: HourlyRow) -> Usage:
     return Usage(row.requests, row.input_tokens, row.cache_read_tokens, row.cache_write_tokens, row.output_tokens,
                  row.reasoning_tokens, row.cost_units, row.cache_write_1h_tokens, row.web_search_calls,
-                 row.fee_units, row.provider_cost_units, row.provider_costed)
+                 row.fee_units, row.provider_cost_units, row.provider_costed, row.unpriced)
 
 
 def total(rows: Iterable[HourlyRow]) -> Usage:

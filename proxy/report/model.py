@@ -32,6 +32,7 @@ class Usage:
     fee_units: int = 0  # per-call fees, 10^-10 USD; a part of cost_units
     provider_cost_units: int = 0  # the upstream's own figure, 10^-10 USD
     provider_costed: int = 0  # requests with a provider cost (0: the figure is unknown, not zero)
+    unpriced_requests: int = 0  # metered requests with no price: their cost is not in cost_units
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(self.requests + other.requests, self.input_tokens + other.input_tokens,
@@ -41,7 +42,8 @@ class Usage:
                      self.cache_write_1h_tokens + other.cache_write_1h_tokens,
                      self.web_search_calls + other.web_search_calls, self.fee_units + other.fee_units,
                      self.provider_cost_units + other.provider_cost_units,
-                     self.provider_costed + other.provider_costed)
+                     self.provider_costed + other.provider_costed,
+                     self.unpriced_requests + other.unpriced_requests)
 
     @property
     def cache_writes(self) -> int:
@@ -61,6 +63,12 @@ class Usage:
     def cache_hit_rate(self) -> float:
         """Cache reads over the whole input side, 1-hour writes included (SPEC version 3)."""
         return self.cache_read_tokens / self.input_side if self.input_side else 0.0
+
+    @property
+    def cost_known(self) -> bool:
+        """False when every dollar of the row is unknown: unpriced requests and no priced cost beside
+        them. Such a cost reads "unpriced", never $0.00; with a priced part it is a lower bound."""
+        return not (self.unpriced_requests and not self.cost_units)
 
     @property
     def provider_cost(self) -> int | None:

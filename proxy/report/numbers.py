@@ -37,6 +37,24 @@ def count(n: int) -> str:
     return f"{n:,}"
 
 
+def counted(n: int, noun: str, plural: str = "") -> str:
+    """A count and its noun in agreement: `1 request`, `2 requests`, `1,000 records`."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
+UNPRICED = "unpriced"  # a cost with no price behind it: unknown, never $0.00
+
+
+def cost(units: int, unpriced: int) -> str:
+    """A cost that may leave requests out: `$1.20`; `unpriced` when no request of it had a price
+    and nothing priced adds up; `≥ $1.20, 3 unpriced` when a priced part is a lower bound."""
+    if not unpriced:
+        return money(units)
+    if not units:
+        return UNPRICED
+    return f"≥ {money(units)}, {count(unpriced)} {UNPRICED}"
+
+
 def compact(v: float, digits: int = 3) -> str:
     """A large number in a few digits with a word-like suffix: 1.36 B, 52.3 M, 12.5 k, 950."""
     a = abs(v)

@@ -172,10 +172,11 @@ def test_legacy_completions_and_embeddings(fake: FakeUpstream, serve: Any) -> No
 
 
 def test_no_usage_is_estimated_and_marked(fake: FakeUpstream, serve: Any) -> None:
-    """Like llama.cpp, the upstream ignores include_usage: the proxy counts with tiktoken."""
+    """Like llama-cpp-python, the upstream ignores include_usage and sends no llama-server timings:
+    the proxy counts with tiktoken."""
     proxy = serve(upstream=fake.base_url)
     chunks = list(_client(proxy.base_url).chat.completions.create(
-        model="llama-test", messages=[{"role": "user", "content": "Say hello in five words."}],
+        model="smollm2", messages=[{"role": "user", "content": "Say hello in five words."}],
         stream=True, extra_headers={"x-fake-no-usage": "1", "x-fake-chunks": "6"}))
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     [row] = proxy.rows(expect=1)
@@ -184,7 +185,7 @@ def test_no_usage_is_estimated_and_marked(fake: FakeUpstream, serve: Any) -> Non
     # OpenAI's recipe: 3 per message + role + content, + 3 to prime the reply.
     assert row["input_tokens"] == 3 + len(enc.encode("user")) + len(enc.encode("Say hello in five words.")) + 3
     assert row["output_tokens"] == len(enc.encode(text))
-    assert proxy.metric("llmmeter_estimated_requests_total", model="llama-test") == 1
+    assert proxy.metric("llmmeter_estimated_requests_total", model="smollm2") == 1
 
 
 def test_unknown_model_is_forwarded_and_counted_unpriced(fake: FakeUpstream, serve: Any) -> None:

@@ -61,7 +61,8 @@ def test_error_statuses_are_relayed_unchanged_and_recorded(dialect: str, fake: F
     rows = proxy.rows(expect=len(STATUSES) * len(modes))
     assert [(r["code"], r["outcome"]) for r in rows] == [(s, "upstream_http_error") for s in STATUSES
                                                          for _ in modes]
-    assert all(r["usage_source"] == "upstream" and r["endpoint"] == dialect for r in rows)
+    # An error body without usage: nothing reported, nothing counted (not zero reported tokens).
+    assert all(r["usage_source"] == "none" and r["endpoint"] == dialect for r in rows)
     # 5xx and 429 are the upstream's failures; other 4xx the client's (README "Decisions").
     assert proxy.metric("llmmeter_upstream_errors_total", kind="http_error") == 5 * len(modes)
     assert proxy.metric("llmmeter_requests_total", code="429", outcome="upstream_http_error") == len(modes)

@@ -34,7 +34,7 @@ def test_json_keys_and_exact_money() -> None:
                              "input_tokens": 130_000_000, "cache_read_tokens": 70_000_000, "cache_write_tokens": 0,
                              "output_tokens": 40_000_000, "reasoning_tokens": 0, "cache_write_1h_tokens": 0,
                              "web_search_calls": 0, "cost_usd": "674", "fees_usd": "0", "provider_cost_usd": None,
-                             "cost_share": 1.0}]
+                             "cost_share": 1.0, "unpriced_requests": 0}]
     assert d["speed"] == [{"model": "kimi-k3.1-pro", "tier": "standard", "requests": 1,
                            "output_tokens_per_s_p50": 52.5, "ttft_ms_p50": 640, "ttft_ms_p95": 640}]
     assert d["generated_at"] == "2026-12-01T08:00:00Z"

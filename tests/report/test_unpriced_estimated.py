@@ -168,8 +168,9 @@ def test_nearest_model(name: str, nearest: str | None) -> None:
 def test_markdown_and_csv(sqlite_report: Report) -> None:
     md = render(sqlite_report, "md")
     assert "## Unpriced and estimated" in md
-    assert "| gpt-9 | - | api | 2 | 2 | 1 | 660 | $0.00 | none known | - |" in md
-    assert "| kimi-k9 | standard | api | 1 | 1 | 0 | 1,100 | $0.00 | kimi-k9 / standard | $0.0012 |" in md
+    # Requests with no price hold nothing of the report's cost: "unpriced", never $0.00.
+    assert "| gpt-9 | - | api | 2 | 2 | 1 | 660 | unpriced | none known | - |" in md
+    assert "| kimi-k9 | standard | api | 1 | 1 | 0 | 1,100 | unpriced | kimi-k9 / standard | $0.0012 |" in md
     assert "| claude-sonnet-4-5 | standard | api | 1 | 0 | 1 | 11,000 | $0.04 | own price | $0.04 |" in md
     assert "2 unpriced requests have no known price at all." in md
     rows = [r for r in csv.DictReader(io.StringIO(render(sqlite_report, "csv"), newline=""))

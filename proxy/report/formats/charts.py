@@ -8,9 +8,9 @@ from decimal import Decimal
 
 from pricing import usd
 from proxy.report.formats.svg import PALETTE, Axis, Line, Mark, Series, bar_chart, line_chart, nice_ticks
-from proxy.report.formats.tables import WORKLOAD_NAMES
+from proxy.report.formats.tables import WORKLOAD_NAMES, peak_to_offpeak_words
 from proxy.report.model import Report
-from proxy.report.numbers import compact, count, money, money_compact, money_decimal, money_ticks, percent
+from proxy.report.numbers import compact, count, counted, money, money_compact, money_decimal, money_ticks, percent
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +104,7 @@ def hourly(r: Report) -> Chart:
                     f"hour of day, local time ({r.timezone})",
                     hover_names=[f"{h:02d}:00-{h:02d}:59" for h in range(24)])
     peak = ranked[0]
-    note = (f"Busiest hour {peak:02d}:00 with {count(tokens[peak])} tokens; peak-to-off-peak ratio "
-            f"{r.peak_to_offpeak_ratio:.2f} (mean of the 4 busiest hours over the mean of the 12 quietest).")
+    note = f"Busiest hour {peak:02d}:00 with {counted(tokens[peak], 'token')}; {peak_to_offpeak_words(r)}."
     return Chart("hourly", title, svg, tuple((name, color) for name, _, color in groups), note=note)
 
 

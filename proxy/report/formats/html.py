@@ -6,7 +6,7 @@ from proxy.report.formats.charts import Chart, all_charts
 from proxy.report.formats.svg import esc, legend
 from proxy.report.formats.tables import Table, report_tables
 from proxy.report.model import Report
-from proxy.report.numbers import compact, count, money, percent
+from proxy.report.numbers import UNPRICED, compact, count, counted, money, percent
 from proxy.times import rfc3339
 
 _CSS = """
@@ -84,11 +84,11 @@ def render_html(r: Report) -> str:
 
 def _cards(r: Report) -> str:
     t, f, sh = r.totals.usage, r.forecast, r.self_hosting
-    cards = [("Cost this month", money(t.cost_units), f"{count(r.totals.unpriced_requests)} unpriced requests"),
+    cards = [("Cost this month", _lower_bound(t.cost_units, t.unpriced_requests),
+              counted(t.unpriced_requests, "unpriced request") + (", left out" if t.unpriced_requests else "")),
              *((("Provider-reported cost", money(t.provider_cost_units),
-                 f"over {count(t.provider_costed)} request{'s' if t.provider_costed != 1 else ''} that reported "
-                 "one"),) if t.provider_costed else ()),
-             *((("Fees", money(t.fee_units), f"{count(t.web_search_calls)} web search calls, in the cost"),)
+                 f"over {counted(t.provider_costed, 'request')} that reported one"),) if t.provider_costed else ()),
+             *((("Fees", money(t.fee_units), f"{counted(t.web_search_calls, 'web search call')}, in the cost"),)
                if t.web_search_calls or t.fee_units else ()),
              ("Requests", count(t.requests), f"{percent(r.estimated_share)} with estimated usage"),
              ("Tokens", compact(t.billed_tokens), "input, cache and output"),
@@ -102,6 +102,13 @@ def _cards(r: Report) -> str:
     return '<div class="cards">' + "".join(
         f'<div class="card"><div class="k">{esc(k)}</div><div class="v">{esc(v)}</div><div class="s">{esc(s)}'
         f"</div></div>" for k, v, s in cards) + "</div>"
+
+
+def _lower_bound(units: int, unpriced: int) -> str:
+    """The month's cost on a card: unknown when nothing was priced, a lower bound beside unpriced requests."""
+    if not unpriced:
+        return money(units)
+    return f"≥ {money(units)}" if units else UNPRICED
 
 
 def _forecast(r: Report) -> str:

@@ -63,14 +63,17 @@ def tokens(u: Usage) -> dict[str, int]:
 
 
 def money(u: Usage) -> dict[str, str | None]:
-    """cost_usd, the fees inside it, and the upstream's own figure (null when no request had one)."""
+    """cost_usd (null when no request of it had a price: unknown, not zero), the fees inside it, and
+    the upstream's own figure (null when no request had one)."""
     provider = u.provider_cost
-    return {"cost_usd": format_usd(u.cost_units), "fees_usd": format_usd(u.fee_units),
+    return {"cost_usd": format_usd(u.cost_units) if u.cost_known else None, "fees_usd": format_usd(u.fee_units),
             "provider_cost_usd": None if provider is None else format_usd(provider)}
 
 
 def _usage(u: Usage, share: float) -> dict[str, Any]:
-    return {"requests": u.requests, **tokens(u), **money(u), "cost_share": share}
+    """A row's sums; `unpriced_requests` > 0 makes its cost a lower bound (null: unknown), and its share too."""
+    return {"requests": u.requests, **tokens(u), **money(u), "cost_share": share if u.cost_known else None,
+            "unpriced_requests": u.unpriced_requests}
 
 
 def sections(r: Report) -> dict[str, list[dict[str, Any]]]:
@@ -94,6 +97,7 @@ def sections(r: Report) -> dict[str, list[dict[str, Any]]]:
 
 def day(x: Day) -> dict[str, Any]:
     return {"date": x.date.isoformat(), "requests": x.usage.requests, **tokens(x.usage), **money(x.usage),
+            "unpriced_requests": x.usage.unpriced_requests,
             "cost_by_model_tier": {k: format_usd(v) for k, v in x.cost_by_model_tier}}
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from proxy.report.formats.tables import Table, report_tables
+from proxy.report.formats.tables import Table, peak_to_offpeak_words, report_tables
 from proxy.report.model import Report
-from proxy.report.numbers import count, money, percent
+from proxy.report.numbers import cost, count, counted, money, percent
 
 
 def render_md(r: Report) -> str:
@@ -12,12 +12,13 @@ def render_md(r: Report) -> str:
     t = r.totals
     scope = f", tenant {r.tenant}" if r.tenant else ""
     parts = [f"# llmmeter usage report: {r.month} ({r.timezone}{scope})", "",
-             f"**{money(t.usage.cost_units)}** for {count(t.usage.requests)} requests; cache-hit rate "
+             f"**{cost(t.usage.cost_units, t.unpriced_requests)}** for {counted(t.usage.requests, 'request')}; "
+             f"cache-hit rate "
              f"{percent(r.cache_hit_rate)}; {percent(r.estimated_share)} of requests had estimated usage.", ""]
     if t.usage.provider_costed:
         n = t.usage.provider_costed
-        parts += [f"The upstreams' own figure: {money(t.usage.provider_cost_units)} over {count(n)} "
-                  f"request{'s' if n != 1 else ''} that reported a cost.", ""]
+        parts += [f"The upstreams' own figure: {money(t.usage.provider_cost_units)} over "
+                  f"{counted(n, 'request')} that reported a cost.", ""]
     if r.unpriced_models:
         parts += [f"Unpriced models (cost unknown): {', '.join(map(_cell, r.unpriced_models))}.", ""]
     for key in ("totals", "by_model", "by_tenant", "by_tag", "by_workload", "by_tag_workload"):
@@ -26,8 +27,9 @@ def render_md(r: Report) -> str:
     parts += _section(tables["by_band"])
     parts += _section(tables["daily"])
     peak = max(r.hourly_profile, key=lambda h: h.tokens)
-    parts += [f"Busiest local hour: {peak.hour:02d}:00 ({count(peak.tokens)} tokens). Peak-to-off-peak "
-              f"ratio {r.peak_to_offpeak_ratio:.2f} (mean tokens of the 4 busiest hours over the 12 quietest).", ""]
+    words = peak_to_offpeak_words(r)
+    parts += [f"Busiest local hour: {peak.hour:02d}:00 ({counted(peak.tokens, 'token')}). "
+              f"{words[0].upper()}{words[1:]}.", ""]
     f = r.forecast
     if not f.month_complete:
         parts += [f"Forecast: {money(f.projected_cost_units)} and {count(f.projected_tokens)} tokens by month "

@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 
 from proxy.protocol.names import WORKLOADS
 from proxy.report.model import BudgetRow, Report, SelfHosting, UnpricedEstimated, Usage
-from proxy.report.numbers import count, money, percent
+from proxy.report.numbers import UNPRICED, cost, count, counted, money, percent
 
 WORKLOAD_NAMES = {w: w.replace("_", " ") for w in WORKLOADS}  # "very_long" reads "very long"
 
@@ -75,9 +75,9 @@ class UsageColumns:
                 *((count(u.cache_write_1h_tokens),) if self.one_hour else ()),
                 count(u.output_tokens), *((count(u.reasoning_tokens),) if reasoning else ()),
                 *((count(u.web_search_calls),) if self.fees else ()),
-                money(u.cost_units), *((money(u.fee_units),) if self.fees else ()),
+                cost(u.cost_units, u.unpriced_requests), *((money(u.fee_units),) if self.fees else ()),
                 *((NO_PROVIDER_COST if provider is None else money(provider),) if self.provider else ()),
-                *((percent(share),) if share is not None else ()))
+                *((share_text(u, share),) if share is not None else ()))
 
     def note(self) -> str:
         notes = []
@@ -87,6 +87,14 @@ class UsageColumns:
             notes.append("Provider cost is what the upstream itself reported (OpenRouter, xAI), over the "
                          f"requests that reported one; {NO_PROVIDER_COST} where none did.")
         return " ".join(notes)
+
+
+def share_text(u: Usage, share: float) -> str:
+    """A row's share of the priced cost: unknown (`-`) when none of its cost is known, a lower
+    bound when some of its requests are unpriced."""
+    if not u.cost_known:
+        return NO_PROVIDER_COST
+    return ("≥ " if u.unpriced_requests else "") + percent(share)
 
 
 def _sum(usages: Sequence[Usage]) -> Usage:
@@ -144,13 +152,24 @@ def report_tables(r: Report) -> dict[str, Table]:
 def _by_model(r: Report, cols: UsageColumns) -> Table:
     table = _breakdown(cols, "by_model", "By model and tier", ("model", "tier", "upstream"),
                        [((x.model, x.tier or "-", x.upstream), x.usage, x.cost_share) for x in r.by_model])
-    cost = [c.title for c in table.columns].index("cost")
-    unpriced = set(r.unpriced_models)
-    # A model with no price has an unknown cost, not a zero one.
-    rows = tuple((*row[:cost], "unpriced", *row[cost + 1:]) if x.model in unpriced and not x.usage.cost_units
-                 else row for x, row in zip(r.by_model, table.rows, strict=True))
-    return Table(table.key, table.title, table.columns, rows, table.total,
-                 note="Unpriced models are left out of the costs." if unpriced else "")
+    return Table(table.key, table.title, table.columns, table.rows, table.total,
+                 note=UNPRICED_NOTE if r.totals.unpriced_requests else "")
+
+
+UNPRICED_NOTE = (f"Requests to models with no price are left out of the costs: a cost reads '{UNPRICED}' when "
+                 f"none of its requests had a price, '≥ $X, N {UNPRICED}' when N of them had none, and its share "
+                 "of cost is then unknown (-) or a lower bound (≥).")
+
+
+def peak_to_offpeak_words(r: Report) -> str:
+    """The peak-to-off-peak ratio in words: a number only when the 12 quietest hours had traffic, since
+    0.00 would read as "no peak" for a month whose traffic all fell in a few hours."""
+    if r.peak_to_offpeak_ratio:
+        return (f"peak-to-off-peak ratio {r.peak_to_offpeak_ratio:.2f} (mean tokens of the 4 busiest hours over "
+                "the mean of the 12 quietest)")
+    if any(h.tokens for h in r.hourly_profile):
+        return "all traffic in the busiest hours (the 12 quietest hours had none, so there is no ratio)"
+    return "no traffic, so no peak-to-off-peak ratio"
 
 
 def band_name(above: int) -> str:
@@ -232,7 +251,8 @@ def _unpriced_estimated(u: UnpricedEstimated) -> Table:
         return NO_NEAREST if model is None else f"{model} / {tier}"
 
     rows = tuple((x.model or "-", x.tier or "-", x.upstream, count(x.requests), count(x.unpriced_requests),
-                  count(x.estimated_requests), count(x.tokens), money(x.cost_units),
+                  count(x.estimated_requests), count(x.tokens),
+                  UNPRICED if x.unpriced_requests and not x.cost_units else money(x.cost_units),
                   nearest(x.nearest_model, x.nearest_tier, x.unpriced_requests),
                   "-" if x.cost_at_nearest_units is None else money(x.cost_at_nearest_units)) for x in u.models)
     total = ("Total", "", "", count(u.requests), count(u.unpriced_requests), count(u.estimated_requests),
@@ -244,7 +264,8 @@ def _unpriced_estimated(u: UnpricedEstimated) -> Table:
              "Estimated requests are priced (their cost is in the totals) from usage llmmeter counted itself, "
              "because the upstream reported none."]
     if u.unpriced_without_price_requests:
-        notes.append(f"{count(u.unpriced_without_price_requests)} unpriced requests have no known price at all.")
+        n = u.unpriced_without_price_requests
+        notes.append(f"{counted(n, 'unpriced request')} {'has' if n == 1 else 'have'} no known price at all.")
     return Table("unpriced_estimated", "Unpriced and estimated", columns, rows, total if rows else None,
                  note=" ".join(notes),
                  empty="No unpriced and no estimated requests this month: every cost comes from a price entry and "
