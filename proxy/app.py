@@ -78,7 +78,8 @@ class LLMMeter:
         self.estimator = Estimator(s.estimate.encoding, s.estimate.per_model, engine=s.estimate.engine)
         self.group = GroupCommit(parts.ledger.append_many)
         meter = Meter(parts.book, self.estimator, s.workloads, self.group, parts.metrics,
-                      frozenset(u.name for u in s.upstreams if u.hidden_output == "from_total"))
+                      frozenset(u.name for u in s.upstreams if u.hidden_output == "from_total"),
+                      honoured_tiers={u.name: frozenset(u.honoured_tiers) for u in s.upstreams if u.honoured_tiers})
         self.refusals = Refusals(self.group, parts.metrics)
         self.relay = Relay(s, Router(s.upstreams), self.upstreams, meter, parts.metrics,
                            pending=lambda: parts.ledger.pending, budgets=parts.budgets, refusals=self.refusals,

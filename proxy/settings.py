@@ -40,6 +40,9 @@ class Upstream:
     # "from_total": total_tokens beyond prompt + completion is billed output (xAI, Gemini);
     # "flag": such a mismatch is only flagged (SPEC "Usage extraction").
     hidden_output: str = "flag"
+    # Tiers (lower-case) this upstream serves when a request asks for them, though its answers do
+    # not say so; any other tier a request names is believed only if the answer confirms it.
+    honoured_tiers: tuple[str, ...] = ()
     # The resolved key; filled by `serve` only, never printed (repr=False).
     api_key: str | None = field(default=None, repr=False)
 
@@ -209,7 +212,7 @@ _RECONCILE_KEYS = {"admin_key_env", "base_url", "project_ids", "api_key_ids", "w
 _ARRAYS: dict[str, set[str]] = {
     "upstream": {"name", "base_url", "anthropic_base_url", "api_key_env", "models",
                  "inject_include_usage", "self_hosted", "max_connections", "idle_s", "ca_file",
-                 "client_cert", "client_key", "proxy", "hidden_output"},
+                 "client_cert", "client_key", "proxy", "hidden_output", "honoured_tiers"},
     "tenant": {"name", "key_sha256", "monthly_budget_usd"},
     "tag": {"name"},
     "tier_alias": {"from", "to"},
@@ -655,7 +658,8 @@ def _upstreams(c: _Checker, items: list[dict[str, Any]]) -> tuple[Upstream, ...]
             idle_s=c.num("upstream", u, "idle_s", 30.0, i),
             ca_file=_opt_file(c, u, "ca_file", i), client_cert=_opt_file(c, u, "client_cert", i),
             client_key=_opt_file(c, u, "client_key", i), proxy=_egress_proxy(c, u, i),
-            hidden_output=_hidden_output(c, u, base, i)))
+            hidden_output=_hidden_output(c, u, base, i),
+            honoured_tiers=tuple(t.strip().lower() for t in c.globs("upstream", u, "honoured_tiers", i))))
         if (u.get("client_cert") is None) != (u.get("client_key") is None):
             c.fail("upstream", "client_cert", i, "client_cert and client_key go together")
     return tuple(out)

@@ -13,7 +13,9 @@ Request headers steer it (all optional; flags count unless "0"/"false"):
                      in every dialect (so Anthropic input_tokens = prompt - cached - cache_write);
                      also "cache_write_1h" and "web_search" (Anthropic: cache_creation's 1-hour
                      writes, server_tool_use.web_search_requests) and "cost" (usage.cost, as
-                     OpenRouter reports it, in the OpenAI dialects)
+                     OpenRouter reports it, in the OpenAI dialects); "audio_prompt",
+                     "audio_completion", "image_prompt" (OpenAI chat and Responses:
+                     audio_tokens / image_tokens of the details, already inside the counts)
   x-fake-chunks      content deltas in a stream (default 4)
   x-fake-delay-ms    pause between stream events, and before a plain reply
   x-fake-status      reply with this HTTP status and the dialect's error body
@@ -261,6 +263,9 @@ class _Exchange:
         self.cache_write_1h: int = given.get("cache_write_1h", 0)
         self.web_search: int = given.get("web_search", 0)
         self.cost: str | None = given.get("cost")
+        self.audio_prompt: int = given.get("audio_prompt", 0)
+        self.audio_completion: int = given.get("audio_completion", 0)
+        self.image_prompt: int | None = given.get("image_prompt")
         self.no_usage = _flag(headers, "x-fake-no-usage")
         self.hold = _flag(headers, "x-fake-hold")
         self.service_tier = headers.get("x-fake-service-tier")
@@ -364,11 +369,14 @@ class _Exchange:
             usage["cost"] = float(self.cost)
         cached = self.cached or 0
         if self.model.startswith("gpt-"):
-            details = {"cached_tokens": cached, "audio_tokens": 0}
+            details = {"cached_tokens": cached, "audio_tokens": self.audio_prompt}
             if self.cache_write is not None:
                 details["cache_write_tokens"] = self.cache_write
+            if self.image_prompt is not None:
+                details["image_tokens"] = self.image_prompt
             usage["prompt_tokens_details"] = details
-            usage["completion_tokens_details"] = {"reasoning_tokens": self.reasoning or 0, "audio_tokens": 0,
+            usage["completion_tokens_details"] = {"reasoning_tokens": self.reasoning or 0,
+                                                  "audio_tokens": self.audio_completion,
                                                   "accepted_prediction_tokens": 0,
                                                   "rejected_prediction_tokens": 0}
         elif self.model.startswith("kimi-"):
@@ -502,9 +510,16 @@ class _Exchange:
             details = {"cached_tokens": self.cached or 0}
             if self.cache_write is not None:
                 details["cache_write_tokens"] = self.cache_write
+            if self.audio_prompt:
+                details["audio_tokens"] = self.audio_prompt
+            if self.image_prompt is not None:
+                details["image_tokens"] = self.image_prompt
+            output_details = {"reasoning_tokens": self.reasoning or 0}
+            if self.audio_completion:
+                output_details["audio_tokens"] = self.audio_completion
             out["usage"] = {"input_tokens": self.prompt, "input_tokens_details": details,
                             "output_tokens": self.completion,
-                            "output_tokens_details": {"reasoning_tokens": self.reasoning or 0},
+                            "output_tokens_details": output_details,
                             "total_tokens": self.prompt + self.completion}
         return out
 

@@ -2,7 +2,8 @@
 
 SPEC "Budgets (enforced)": the input side at the highest of the input, cache-write and 1-hour
 cache-write prices of its band, plus the most output it may ask for at the output price, of the
-tier it asked for. The input side is bounded by the body's UTF-8 byte length (a byte-level BPE
+tier it asked for or of the tier its model name gives, whichever bounds higher (the answer may
+not confirm the tier asked for). The input side is bounded by the body's UTF-8 byte length (a byte-level BPE
 token covers at least one byte), which costs nothing to know; counting tokens would cost more
 on the hot path than it saves in headroom.
 
@@ -35,7 +36,7 @@ class Reserver:
         self.limits = tuple((tuple(g.lower() for g in m.match), m.max_output) for m in limits)
         # Both on every gated request: the entry a (model, tier, upstream) resolves to while the
         # same entries are in force, and a model's output limit. Keys come from clients: bounded.
-        self._entries: dict[tuple[str | None, str | None, str | None, int], Price | None] = {}
+        self._entries: dict[tuple[str | None, str | None, str | None, int], tuple[Price, ...]] = {}
         self._outputs: dict[str | None, int] = {}
         self._ceilings: dict[tuple[str | None, int], tuple[int, int] | None] = {}
 
@@ -44,18 +45,18 @@ class Reserver:
         """Units (10^-10 USD) the request can cost at most; None when its model has no price."""
         key = (model_requested, tier_requested, upstream, self.book.epoch(at))
         try:
-            price = self._entries[key]
+            prices = self._entries[key]
         except KeyError:
-            price = self._entry(model_requested, tier_requested, upstream, at)
+            prices = self._entry(model_requested, tier_requested, upstream, at)
             if len(self._entries) >= _MEMO:
                 self._entries.clear()
-            self._entries[key] = price
-        if price is None:
+            self._entries[key] = prices
+        if not prices:
             return None
         input_side = min(body_bytes, MAX_TOKENS)
-        r = rates_for(price, input_side)
-        return self._bound(input_side, _per_input(r), min(self.max_output(model_requested, request), MAX_TOKENS),
-                           r.output)
+        output = min(self.max_output(model_requested, request), MAX_TOKENS)
+        return max(self._bound(input_side, _per_input(r), output, r.output)
+                   for r in (rates_for(p, input_side) for p in prices))
 
     def ceiling_case(self, model_requested: str | None, upstream: str | None, request: Any, body_bytes: int,
                      at: datetime) -> int:
@@ -82,15 +83,22 @@ class Reserver:
         return min(-(-micros // MICROS_PER_UNIT), MAX_RESERVATION)
 
     def _entry(self, model_requested: str | None, tier_requested: str | None, upstream: str | None,
-               at: datetime) -> Price | None:
+               at: datetime) -> tuple[Price, ...]:
+        """The entries the request can be priced at: its own tier's, and the one its model name
+        gives, since the meter holds the request to a cheaper tier only when the answer confirms it
+        (proxy/metering/tiers.py). Empty when its model has no price."""
         model = self.book.canonical_model(None, model_requested)
         if model is None:
-            return None
+            return ()
         if tier_requested is not None and tier_requested.strip().lower() == "batch":
             tier_requested = None  # a synchronous request is never billed at the batch tier (the meter's rule)
-        tier = self.book.resolve_tier(model_requested, (tier_requested,), model=model, at=at)
-        found = self.book.resolve(model, tier, at, upstream)
-        return None if found is None else found.price
+        found = []
+        for hint in ((tier_requested,), ()):
+            tier = self.book.resolve_tier(model_requested, hint, model=model, at=at)
+            entry = self.book.resolve(model, tier, at, upstream)
+            if entry is not None and entry.price not in found:
+                found.append(entry.price)
+        return tuple(found)
 
     def max_output(self, model: str | None, request: Any) -> int:
         """The output the request may ask for: its own max × max(n, 1), else the model's limit."""

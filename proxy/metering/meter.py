@@ -12,17 +12,17 @@ import logging
 import random
 import re
 import time
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
 
 from pricing import Cost, PriceBook, Resolution
-from pricing.calculator import Priced, Tokens, price_parts, price_tokens
 from proxy.budget.unseen import settle as settle_budget
 from proxy.ledger.record import Record
 from proxy.metering.estimate.calibration import CALIBRATED, Calibration, Key, Overhead
 from proxy.metering.estimate.estimator import Estimator
+from proxy.metering.tiers import TIER_UNCONFIRMED, choose_tier, priced_usage, settle_tier
 from proxy.metrics.metrics import Metrics
 from proxy.protocol.names import BATCH, EMPTY_ANSWER, METERED, UPSTREAM_EMPTY
 from proxy.protocol.tap import OUTPUT_UNREPORTED
@@ -93,10 +93,13 @@ def bounded(value: object) -> str | None:
 class Meter:
     def __init__(self, book: PriceBook, estimator: Estimator, workloads: Workloads,
                  journal: Journal, metrics: Metrics, from_total: frozenset[str] = frozenset(),
-                 calibration: Calibration | None = None) -> None:
+                 calibration: Calibration | None = None,
+                 honoured_tiers: Mapping[str, frozenset[str]] | None = None) -> None:
         self.book, self.estimator, self.workloads = book, estimator, workloads
         self.journal, self.metrics = journal, metrics
         self.from_total = from_total  # upstreams whose hidden_output is "from_total"
+        # upstream -> tiers it honours when a request asks, even when its answer does not say so
+        self.honoured_tiers = dict(honoured_tiers or {})
         self.pricing_failures = 0
         self.calibration = calibration or Calibration()
 
@@ -176,7 +179,7 @@ class Meter:
         elif usage is None and ex.endpoint in METERED:
             flags.append("no_usage")
         u = usage or Usage(0, 0, 0, 0, None)
-        canonical, tier = self._model_and_tier(ex, observed, flags)
+        canonical, tier = self._model_and_tier(ex, observed, u, flags)
         rec = Record(
             id=ex.id, start=ex.start, tenant=ex.tenant, endpoint=ex.endpoint, stream=ex.stream,
             code=ex.code, outcome=ex.outcome, upstream=ex.upstream, end_user=ex.end_user,
@@ -239,15 +242,23 @@ class Meter:
             self.metrics.observe(rec, priced, 0.0)
         return rec
 
-    def _model_and_tier(self, ex: Exchange, observed: Observed, flags: list[str]) -> tuple[str | None, str | None]:
-        """Steps 1 and 2 of SPEC "Price tables"; a failure leaves the record unpriced and flagged."""
+    def _model_and_tier(self, ex: Exchange, observed: Observed, u: Usage,
+                        flags: list[str]) -> tuple[str | None, str | None]:
+        """Steps 1 and 2 of SPEC "Price tables" (proxy/metering/tiers.py: the request's tier only
+        where it cannot lower the price, unless confirmed); a failure leaves the record unpriced
+        and flagged."""
         try:
             speed = None if observed.speed == "standard" else observed.speed  # Anthropic's "standard": no hint
-            return model_and_tier(self.book, ex.endpoint, observed.model, ex.model_requested,
-                                  (speed, observed.service_tier, ex.tier_requested), ex.start)
+            choice = choose_tier(self.book, ex.endpoint, observed.model, ex.model_requested,
+                                 (speed, observed.service_tier), ex.tier_requested, ex.start,
+                                 self.honoured_tiers.get(ex.upstream, frozenset()))
+            tier, refused = settle_tier(self.book, choice, ex.start, ex.upstream, u, observed.inference_geo)
         except Exception:  # the client's response is on its way: it must not pay for a pricing bug
             self._pricing_failed(ex, flags)
             return None, None
+        if refused:
+            flags.append(TIER_UNCONFIRMED)
+        return choice.model, tier
 
     def _price(self, rec: Record, model: str, tier: str, ex: Exchange, u: Usage,
                geo: str | None = None) -> Cost | None:
@@ -285,18 +296,12 @@ def _empty_answer(ex: Exchange, observed: Observed) -> bool:
 
 def model_and_tier(book: PriceBook, endpoint: str, response_model: str | None, requested_model: str | None,
                    hints: Iterable[str | None], at: datetime) -> tuple[str | None, str | None]:
-    """Steps 1 and 2 of SPEC "Price tables": the canonical model and the tier the hints (the
-    response's speed and service_tier, then the request's) resolve to at `at`; no tier off the
-    metered endpoints, always `batch` for a batch result. Pure: the meter's resolution, and
-    `llmmeter reprice`'s (proxy/ledger/reprice.py). Raises on a pricing bug."""
-    canonical = book.canonical_model(response_model, requested_model)
-    if endpoint == BATCH:
-        return canonical, BATCH
-    if endpoint not in METERED:
-        return canonical, None
-    # Only a batch result is billed at the batch tier, whatever a client writes in a synchronous request.
-    real = [h for h in hints if h is None or h.strip().lower() != BATCH]
-    return canonical, book.resolve_tier(response_model or requested_model, real, model=canonical, at=at)
+    """Steps 1 and 2 of SPEC "Price tables" from hints that are the answer's word (or a record's
+    own tier): the canonical model and the tier they resolve to at `at`; no tier off the metered
+    endpoints, always `batch` for a batch result. Pure: `llmmeter reprice`'s resolution
+    (proxy/ledger/reprice.py). Raises on a pricing bug."""
+    choice = choose_tier(book, endpoint, response_model, requested_model, hints, None, at)
+    return choice.model, choice.tier
 
 
 def price_record(book: PriceBook, rec: Record, model: str, tier: str, at: datetime, upstream: str, u: Usage,
@@ -306,17 +311,10 @@ def price_record(book: PriceBook, rec: Record, model: str, tier: str, at: dateti
     `rec` untouched, when no entry is in force at `at`. One band per request, or per compaction
     pass (`u.iterations`); fees inside the cost. Raises what the calculator refuses, before `rec`
     is touched. The meter's pricing, and `llmmeter reprice`'s."""
-    found = book.resolve(model, tier, at, upstream=upstream or None, geo=geo)
-    if found is None:
+    got = priced_usage(book, model, tier, at, upstream, u, geo)
+    if got is None:
         return None
-    priced: Priced
-    if u.iterations:
-        # The passes carry the tokens; the request's fee calls (reported once, at the top) are a
-        # part of their own: fees are never banded.
-        fees = Tokens(0, 0, 0, 0, 0, u.web_search_calls - sum(p.web_search_calls for p in u.iterations))
-        priced = price_parts(found.price, (*(_tokens(part) for part in u.iterations), fees))
-    else:
-        priced = price_tokens(found.price, _tokens(u))
+    priced, found = got
     _priced(rec, found)
     rec.flags += [f for f in priced.flags if f not in rec.flags]
     rec.cost_units, rec.fee_units, rec.price_band = priced.cost.total, priced.cost.fees, priced.band
@@ -332,6 +330,3 @@ def _priced(rec: Record, found: Resolution) -> None:
     rec.price_model, rec.price_tier, rec.price_effective_from = p.model, p.tier, p.effective_from
 
 
-def _tokens(u: Usage) -> Tokens:
-    return Tokens(u.input_tokens, u.cache_read_tokens, u.cache_write_tokens, u.output_tokens,
-                  u.cache_write_1h_tokens, u.web_search_calls)

@@ -49,4 +49,6 @@ FAULT_KINDS = frozenset({
     "estimate_counter_failed",  # the token counter failed; the count is approximated
     "pricing_failed",  # the price could not be computed; recorded unpriced
     "total_mismatch",  # total_tokens exceeds the categories on an upstream whose hidden_output is "flag"
+    "audio_unpriced",  # audio tokens in the counts, priced at the text rates (a lower bound)
+    "image_unpriced",  # image tokens in the counts, priced at the text rates (a lower bound)
 })

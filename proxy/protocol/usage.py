@@ -31,6 +31,12 @@ TAP_EVENT_ERROR = "tap_event_error"
 OUTPUT_FROM_TOTAL = "output_from_total"  # total_tokens beyond the categories billed as (hidden) output
 FROM_TIMINGS = "usage_from_timings"  # llama-server's own counts from its `timings`, in a stream with no usage
 TOTAL_MISMATCH = "total_mismatch"  # the same, on an upstream whose hidden_output is "flag": only flagged
+# Audio or image tokens reported inside the counts: providers bill them at their own (higher) rates,
+# which no price entry holds, so the record's cost prices them as text and is only a lower bound.
+AUDIO_UNPRICED = "audio_unpriced"
+IMAGE_UNPRICED = "image_unpriced"
+# (key in a *_tokens_details object, flag) in the chat/completions and Responses dialects.
+_MODALITIES = (("audio_tokens", AUDIO_UNPRICED), ("image_tokens", IMAGE_UNPRICED))
 
 
 class _Fields:
@@ -57,6 +63,12 @@ class _Fields:
     def invalid(self) -> None:
         if INVALID_FIELD not in self.flags:
             self.flags.append(INVALID_FIELD)
+
+    def modalities(self, *details: object) -> None:
+        """Flag audio and image tokens counted in any of the `details` objects (a 0 is no such token)."""
+        for key, flag in _MODALITIES:
+            if any(self.get(d, key) for d in details) and flag not in self.flags:
+                self.flags.append(flag)
 
     def input_after_cache(self, total: int, cache_read: int, cache_write: int) -> int:
         rest = total - cache_read - cache_write
@@ -106,6 +118,7 @@ class Usage:
         if not f.seen:
             return None
         total = f.get(u, "total_tokens")  # read after: a total alone is no report
+        f.modalities(details, u.get("completion_tokens_details"))  # after too: no count of their own
         if miss is not None:  # DeepSeek: the miss count is the uncached input itself
             cache_read = hit if hit is not None else (cached or 0)
             inp, cache_write = miss, 0
@@ -143,6 +156,7 @@ class Usage:
         if not f.seen:
             return None
         everything = f.get(u, "total_tokens")
+        f.modalities(details, u.get("output_tokens_details"))
         inp = f.input_after_cache(total or 0, cache_read, cache_write)
         if total is None or output is None:
             f.flags.append(PARTIAL_USAGE)

@@ -27,7 +27,15 @@ from proxy.metrics.metrics import Metrics
 from proxy.protocol.cost import PROVIDER_COST_ROUNDED
 from proxy.protocol.sse import SSEReader
 from proxy.protocol.tap import StreamTap
-from proxy.protocol.usage import INVALID_FIELD, MAX_TOKENS, NEGATIVE_CLAMPED, Usage, parse_body
+from proxy.protocol.usage import (
+    AUDIO_UNPRICED,
+    IMAGE_UNPRICED,
+    INVALID_FIELD,
+    MAX_TOKENS,
+    NEGATIVE_CLAMPED,
+    Usage,
+    parse_body,
+)
 from proxy.settings import Settings, Workloads
 
 MANY = settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -57,13 +65,15 @@ def _maybe(**fields: Any) -> st.SearchStrategy[dict[str, Any]]:
 openai_usage = _maybe(
     prompt_tokens=value, completion_tokens=value, total_tokens=value, cached_tokens=value,
     prompt_cache_hit_tokens=value, prompt_cache_miss_tokens=value,
-    prompt_tokens_details=st.one_of(value, _maybe(cached_tokens=value, cache_write_tokens=value, audio_tokens=value)),
-    completion_tokens_details=st.one_of(value, _maybe(reasoning_tokens=value)),
+    prompt_tokens_details=st.one_of(value, _maybe(cached_tokens=value, cache_write_tokens=value, audio_tokens=value,
+                                                  image_tokens=value)),
+    completion_tokens_details=st.one_of(value, _maybe(reasoning_tokens=value, audio_tokens=value)),
 )
 responses_usage = _maybe(
     input_tokens=value, output_tokens=value, total_tokens=value,
-    input_tokens_details=st.one_of(value, _maybe(cached_tokens=value, cache_write_tokens=value)),
-    output_tokens_details=st.one_of(value, _maybe(reasoning_tokens=value)),
+    input_tokens_details=st.one_of(value, _maybe(cached_tokens=value, cache_write_tokens=value, audio_tokens=value,
+                                                 image_tokens=value)),
+    output_tokens_details=st.one_of(value, _maybe(reasoning_tokens=value, audio_tokens=value)),
 )
 anthropic_usage = _maybe(
     input_tokens=value, output_tokens=value, cache_read_input_tokens=value, cache_creation_input_tokens=value,
@@ -86,12 +96,12 @@ def _read_fields(dialect: str, u: dict[str, Any]) -> list[object]:
                u.get("prompt_cache_hit_tokens"), u.get("prompt_cache_miss_tokens")]
         if not _valid(_in(details, "cached_tokens")):
             out.append(u.get("cached_tokens"))  # Moonshot's top-level form is read only then
-        return _and_total(out, u)
+        return _and_total(out, u, _modalities(details, u.get("completion_tokens_details")))
     if dialect == "responses":
         details = u.get("input_tokens_details")
         return _and_total([u.get("input_tokens"), u.get("output_tokens"), _in(details, "cached_tokens"),
                            _in(details, "cache_write_tokens"), _in(u.get("output_tokens_details"), "reasoning_tokens")],
-                          u)
+                          u, _modalities(details, u.get("output_tokens_details")))
     out = [u.get(k) for k in ("input_tokens", "output_tokens", "cache_read_input_tokens",
                               "cache_creation_input_tokens")]
     out.append(_in(u.get("output_tokens_details"), "thinking_tokens"))
@@ -103,9 +113,22 @@ def _read_fields(dialect: str, u: dict[str, Any]) -> list[object]:
     return out
 
 
-def _and_total(out: list[object], u: dict[str, Any]) -> list[object]:
-    """total_tokens is read only beside a count: alone it is no report."""
-    return [*out, u.get("total_tokens")] if any(_valid(v) for v in out) else out
+def _modalities(inputs: object, outputs: object) -> list[object]:
+    return [_in(inputs, "audio_tokens"), _in(inputs, "image_tokens"), _in(outputs, "audio_tokens")]
+
+
+def _and_total(out: list[object], u: dict[str, Any], after: list[object]) -> list[object]:
+    """total_tokens, audio and image tokens are read only beside a count: alone they are no report."""
+    return [*out, u.get("total_tokens"), *after] if any(_valid(v) for v in out) else out
+
+
+def check_modalities(u: Usage | None, inputs: object, outputs: object) -> None:
+    """Audio or image tokens counted (> 0) flag the record: their rates are in no price entry."""
+    if u is None:
+        return
+    audio = any(_valid(v) and v for v in (_in(inputs, "audio_tokens"), _in(outputs, "audio_tokens")))
+    image = _valid(_in(inputs, "image_tokens")) and bool(_in(inputs, "image_tokens"))
+    assert (AUDIO_UNPRICED in u.flags, IMAGE_UNPRICED in u.flags) == (audio, image), u.flags
 
 
 def check(u: Usage | None, raw: list[object]) -> None:
@@ -125,6 +148,7 @@ def check(u: Usage | None, raw: list[object]) -> None:
 def test_openai_usage_fuzz(u: dict[str, Any]) -> None:
     got = Usage.from_openai(u)
     check(got, _read_fields("openai", u))
+    check_modalities(got, u.get("prompt_tokens_details"), u.get("completion_tokens_details"))
     prompt = u.get("prompt_tokens")
     miss = u.get("prompt_cache_miss_tokens")
     if got is not None and _valid(prompt) and not _valid(miss) and NEGATIVE_CLAMPED not in got.flags:
@@ -138,6 +162,7 @@ def test_openai_usage_fuzz(u: dict[str, Any]) -> None:
 def test_responses_usage_fuzz(u: dict[str, Any]) -> None:
     got = Usage.from_responses(u)
     check(got, _read_fields("responses", u))
+    check_modalities(got, u.get("input_tokens_details"), u.get("output_tokens_details"))
     if got is not None and _valid(u.get("input_tokens")) and NEGATIVE_CLAMPED not in got.flags:
         assert got.input_tokens + got.cache_read_tokens + got.cache_write_tokens == u["input_tokens"]
 
