@@ -10,7 +10,7 @@ import httpx
 
 from tests.fake_upstream import FakeUpstream
 
-BODY = {"model": "llama-test", "stream": True, "messages": [{"role": "user", "content": "a long prompt " * 200}]}
+BODY = {"model": "smollm2", "stream": True, "messages": [{"role": "user", "content": "a long prompt " * 200}]}
 
 
 def test_an_empty_stream_is_not_charged(fake: FakeUpstream, serve: Any) -> None:

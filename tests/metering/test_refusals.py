@@ -68,7 +68,7 @@ def test_a_minute_of_refusals_is_one_record_per_reason(registry: CollectorRegist
     assert written == []  # nothing per request
     assert counted(registry, "missing_key") == 7500 and counted(registry, "unknown_key") == 2500
     assert registry.get_sample_value("llmmeter_requests_total", {
-        "upstream": "other", "endpoint": "chat", "model": "other", "tier": "other", "tenant": "other",
+        "upstream": "other", "endpoint": "chat", "model": "other", "tier": "other", "tenant": "unauthenticated",
         "code": "401", "outcome": "rejected"}) == 10_000
     clock.now = NOON + timedelta(minutes=1)
     r.tick()
