@@ -7,7 +7,9 @@ panel gets the same data source, units and layout rules. Run it after a change:
     python grafana/build.py --check  # exit 1 if the files differ from what it would write
 
 PromQL reads the recording rules in prometheus/rules/ where one fits. Metric names are
-SPEC.md's; labels are only those the proxy exports.
+SPEC.md's; labels are only those the proxy exports. Spend is llmmeter_cost_usd_total summed
+over `type`: the billing categories and the fees (docs/metrics.md), so every money panel
+includes fees.
 """
 
 from __future__ import annotations
@@ -244,8 +246,8 @@ def cost() -> Board:
               "ratio and savings, and its writes by lifetime; per-call fees; the provider's own cost beside "
               "llmmeter's; the prices in force.", extra_vars=[budget_var()])
     b.row("Spend")
-    b.stat("Spend today", "What calls cost since midnight (dashboard time zone), from the cost counters. "
-           "Filtered by tenant and model.",
+    b.stat("Spend today", "What calls cost since midnight (dashboard time zone), fees included, from the cost "
+           "counter. Filtered by tenant and model.",
            [q(f"sum(increase(llmmeter_cost_usd_total{{{TM}}}[$__range]))", "today", instant=True)],
            USD, extra={"timeFrom": "now/d", "hideTimeOverride": False})
     b.stat("Month to date", "This UTC month's spend as the ledger has it (exact, from llmmeter's database). "
@@ -256,7 +258,8 @@ def cost() -> Board:
            "forecast). Early in a month it swings; compare it with the budget.",
            [q('sum(llmmeter:projected_month_cost_usd{tenant=~"$tenant", tenant!="all"})', "projected",
               instant=True)], USD)
-    b.stat("Spend rate (USD per hour)", "The last five minutes' spend, per hour. Times 730 is a month at this pace.",
+    b.stat("Spend rate (USD per hour)", "The last five minutes' spend, fees included, per hour. Times 730 is a "
+           "month at this pace.",
            [q(f"sum(llmmeter:cost_usd_per_hour:rate5m{{{TM}}})", "USD/h", instant=True)], USD, decimals=2)
     b.stat("Saved by the cache", "What cache reads saved (and cache writes cost extra) against paying the input "
            "price for those tokens, over the dashboard's time range. The report's without_cache what-if minus "
@@ -311,15 +314,15 @@ def cost() -> Board:
                  USD, stack=True)
     b.timeseries("Spend rate by tenant", "USD per hour, stacked, per tenant (from the proxy keys).",
                  [q(f"sum by (tenant) (llmmeter:cost_usd_per_hour:rate5m{{{TM}}})", "{{tenant}}")], USD, stack=True)
-    b.bargauge("Spend in range by model and tier", "Total over the dashboard's time range.",
+    b.bargauge("Spend in range by model and tier", "Total over the dashboard's time range, fees included.",
                [q(f"sort_desc(sum by (model, tier) (increase(llmmeter_cost_usd_total{{{TM}}}[$__range])))",
                   "{{model}} {{tier}}", instant=True)], USD, w=8)
-    b.bargauge("Spend in range by tenant", "Total over the dashboard's time range.",
+    b.bargauge("Spend in range by tenant", "Total over the dashboard's time range, fees included.",
                [q(f"sort_desc(sum by (tenant) (increase(llmmeter_cost_usd_total{{{TM}}}[$__range])))",
                   "{{tenant}}", instant=True)], USD, w=8)
     b.piechart("Spend by billing category", "Input, cache read, 5-minute and 1-hour cache writes, output "
-               "(reasoning is billed as output). Fees are apart, below. Output usually dominates; a large input "
-               "share is where caching would pay.",
+               "(reasoning is billed as output), and per-call fees (web_search). Output usually dominates; a "
+               "large input share is where caching would pay.",
                [q(f"sum by (type) (increase(llmmeter_cost_usd_total{{{TM}}}[$__range]))", "{{type}}",
                   instant=True)], USD, w=8)
     b.bargauge("Spend by tag and workload", "X-LLMMeter-Tag (only tags declared in llmmeter.toml; others are "
@@ -370,7 +373,8 @@ def cost() -> Board:
 
     b.row("Fees and the provider's own cost")
     b.stat("Fees in range", "Per-call fees (web search calls at the price table's web_search_per_1k) over the "
-           "dashboard's time range. They are part of every spend figure above.",
+           "dashboard's time range. They are part of every spend figure on these dashboards: the cost counter "
+           "holds them under type web_search.",
            [q(f"sum(increase(llmmeter_fees_usd_total{{{TM}}}[$__range]))", "fees", instant=True)], USD, w=4, h=8)
     b.timeseries("Fees by model and kind (USD per hour)", "Per-call fees, stacked: web search calls priced per "
                  "1,000. Calls to a model whose entry has no fee price cost 0 here and are flagged fee_unpriced.",
@@ -562,7 +566,7 @@ def selfhosting() -> Board:
            [q(f"max(llmmeter_selfhost_monthly_cost_usd) / ({range_rate})", "multiple", instant=True)], TIMES,
            w=4, h=8, decimals=1)
     b.stat("Break-even tokens per month", "Self-hosting's monthly cost ÷ the API's average cost per token over "
-           "the range (all five billing categories).",
+           "the range (its cost, fees included, over the tokens of all five billing categories).",
            [q(f"max(llmmeter_selfhost_monthly_cost_usd) / (sum(increase(llmmeter_cost_usd_total{{{TM}}}[$__range])) "
               f"/ sum(increase(llmmeter_tokens_total{{{TM}}}[$__range])))", "tokens/month", instant=True)],
            TOKENS, w=4, h=8)

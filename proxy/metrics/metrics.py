@@ -72,10 +72,12 @@ class Metrics:
         self.tokens = Sum("llmmeter_tokens", "Tokens by billing category", ["model", "tier", "tenant", "type"], shared)
         self.reasoning = Sum("llmmeter_reasoning_tokens", "Reasoning tokens (a subset of output)",
                              ["model", "tier", "tenant"], shared)
-        self.cost = Sum("llmmeter_cost_usd", "Cost in USD by billing category", ["model", "tier", "tenant", "type"],
-                        shared)
-        self.fees = Sum("llmmeter_fees_usd", "Per-call fees in USD (inside llmmeter_cost_usd_total's totals)",
-                        ["model", "tenant", "fee"], shared)
+        # Spend is one counter: its `type` is a billing category or a fee (web_search), so any
+        # sum of it is the whole cost, as the ledger has it.
+        self.cost = Sum("llmmeter_cost_usd", "Cost in USD by billing category and fee (type web_search): "
+                        "summed over type, the whole cost", ["model", "tier", "tenant", "type"], shared)
+        self.fees = Sum("llmmeter_fees_usd", "Per-call fees in USD by fee, without tier (the same amounts are in "
+                        "llmmeter_cost_usd_total under their fee's type)", ["model", "tenant", "fee"], shared)
         self.provider_cost = Sum("llmmeter_provider_cost_usd", "The cost the upstream itself reported, in USD",
                                  ["model", "tenant"], shared)
         self.provider_costed = Sum("llmmeter_provider_costed_usd",
@@ -201,7 +203,9 @@ class Metrics:
         if cost.output:
             spend_output(cost.output / COST_UNITS_PER_USD)
         if cost.web_search:
-            k.web_search(cost.web_search / COST_UNITS_PER_USD)
+            fee, spend_fee = k.web_search
+            fee(cost.web_search / COST_UNITS_PER_USD)
+            spend_fee(cost.web_search / COST_UNITS_PER_USD)
         total = cost.total
         k.tagged_cost(total / COST_UNITS_PER_USD)
         if provider is not None:
@@ -244,7 +248,8 @@ class Metrics:
             output_tokens=self.output_tokens.observer((model,)),
             unpriced=self.unpriced.adder((model,)),
             cost=tuple(self.cost.adder((model, tier, tenant, kind)) for kind in kinds),
-            web_search=self.fees.adder((model, tenant, "web_search")),
+            web_search=(self.fees.adder((model, tenant, "web_search")),
+                        self.cost.adder((model, tier, tenant, "web_search"))),
             provider_cost=self.provider_cost.adder((model, tenant)),
             provider_costed=self.provider_costed.adder((model, tenant)),
             tagged_cost=self.tagged_cost.adder((lb.pick(_str(tag_v), lb.tags), _str(workload_v) or OTHER)),
@@ -278,7 +283,7 @@ class _Keys:
     output_tokens: Add
     unpriced: Add
     cost: tuple[Add, ...]  # as tokens
-    web_search: Add  # the fee of FEE_TYPES' one kind so far
+    web_search: tuple[Add, Add]  # FEE_TYPES' one kind: in the fees counter, and in the cost counter
     provider_cost: Add
     provider_costed: Add
     tagged_cost: Add
