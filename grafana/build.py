@@ -9,12 +9,14 @@ panel gets the same data source, units and layout rules. Run it after a change:
 PromQL reads the recording rules in prometheus/rules/ where one fits. Metric names are
 SPEC.md's; labels are only those the proxy exports. Spend is llmmeter_cost_usd_total summed
 over `type`: the billing categories and the fees (docs/metrics.md), so every money panel
-includes fees.
+includes fees. Every increase() also counts the first step of a series born inside its
+window (see `counted`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -44,8 +46,25 @@ MONTH_HOURS = 730  # SPEC's self-hosting month: 730 h
 Json = dict[str, Any]
 
 
+# A counter series appears with its first increment, so increase() over a window in which it
+# was born misses that step (the value of its first sample). The series llmmeter can name in
+# advance start at 0 (docs/metrics.md); for the others, the first sample of a series absent at
+# the window's start is added back.
+_INCREASE = re.compile(r"increase\((\w+(?:\{[^{}]*\})?)\[([^\]]+)\]\)")
+
+
+def counted(expr: str) -> str:
+    """Each increase(s[w]) of `expr`, plus min_over_time(s[w]) for series not there w ago."""
+
+    def one(m: re.Match[str]) -> str:
+        s, w = m[1], m[2]
+        return f"(increase({s}[{w}]) + (min_over_time({s}[{w}]) unless {s} offset {w}) or increase({s}[{w}]))"
+
+    return _INCREASE.sub(one, expr)
+
+
 def q(expr: str, legend: str = "__auto", instant: bool = False, fmt: str = "time_series") -> Json:
-    return {"expr": expr, "legendFormat": legend, "instant": instant, "range": not instant, "format": fmt}
+    return {"expr": counted(expr), "legendFormat": legend, "instant": instant, "range": not instant, "format": fmt}
 
 
 def thresholds(*steps: tuple[float | None, str]) -> Json:

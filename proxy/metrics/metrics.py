@@ -7,6 +7,7 @@ can grow the series count. Counters are a float view of the exact integer ledger
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 import time
@@ -22,11 +23,13 @@ from prometheus_client.registry import Collector
 from pricing import Cost, PriceBook
 from pricing.model import BILLING_TYPES
 from proxy.ledger.record import COST_UNITS_PER_USD, Record
+from proxy.metrics.known import MAX_SERIES, known_series
 from proxy.metrics.tally import Buckets, Sum, Tally
 from proxy.protocol.names import ENDPOINTS, FAULT_KINDS, REFUSAL_REASONS, UNAUTHENTICATED
 from proxy.settings import Settings
 
 OTHER = "other"
+log = logging.getLogger("llmmeter.metrics")
 TOKEN_BUCKETS = (16, 64, 256, 1024, 4096, 16384, 32768, 65536, 131072, 262144, 524288, 1048576)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 PENDING_EVERY_S = 0.5
@@ -127,6 +130,7 @@ class Metrics:
                      ["phase"], registry=r, multiprocess_mode="max")
         node.labels("prefill").set(settings.selfhost.node_prefill_tokens_per_s)
         node.labels("decode").set(settings.selfhost.node_decode_tokens_per_s)
+        self._zero_known(settings, book)
         if not multiproc:
             registry.register(Tally((self.requests, self.tokens, self.reasoning, self.cost, self.fees,
                                      self.provider_cost, self.provider_costed, self.estimated,
@@ -147,6 +151,22 @@ class Metrics:
                 _publish_ledger_counts(r, ledger_counts)
             else:
                 registry.register(_LedgerCounts(ledger_counts))
+
+    def _zero_known(self, settings: Settings, book: PriceBook) -> None:
+        """The series the configuration names, at 0 from the start (proxy/metrics/known.py)."""
+        known = known_series(settings, book)
+        if known.over_cap:
+            log.warning("metrics: the upstreams' models globs name %d counter series, more than %d: per-model "
+                        "series start with their first call (narrow the globs to have them at 0 from the start)",
+                        known.over_cap, MAX_SERIES)
+        for family, keys in ((self.tokens, known.tokens), (self.cost, known.cost), (self.reasoning, known.reasoning),
+                             (self.fees, known.fees), (self.provider_cost, known.provider),
+                             (self.provider_costed, known.provider), (self.tagged_cost, known.tagged),
+                             (self.estimated, known.estimated), (self.unpriced, known.unpriced)):
+            for key in keys:
+                family.zero(key)
+        for upstream, kind in known.upstream_errors:
+            self.upstream_errors.labels(upstream, kind)  # a labelled child starts at 0
 
     def observe(self, rec: Record, cost: Cost | None, overhead_s: float) -> None:
         """Counts one finished request, on the event loop."""
