@@ -39,7 +39,15 @@ INPUT_SIDE = 'type=~"input|cache_read|cache_write|cache_write_1h"'
 CACHE_TYPES = 'type=~"cache_read|cache_write|cache_write_1h"'
 CACHE_WRITES = 'type=~"cache_write|cache_write_1h"'
 METERED = 'endpoint!~"models|other", outcome!="rejected"'
-HOURLY_PROFILE = f'sum by (hour) (avg_over_time(llmmeter:tokens_per_second_by_utc_hour:rate1m{{{TM}}}[$__range]))'
+# The 24 UTC hours at 0, so that an hour without traffic (or without llmmeter running) counts
+# as an hour of no tokens, as in the report's hourly profile.
+NO_HOURS = "(" + " or ".join(f'label_replace(vector(0), "hour", "{h:02d}", "", "")' for h in range(24)) + ")"
+HOURLY_PROFILE = (f"(sum by (hour) (avg_over_time(llmmeter:tokens_per_second_by_utc_hour:rate1m{{{TM}}}[$__range]))"
+                  f" or {NO_HOURS})")
+# Proportional to the range's tokens in each UTC hour of the day (the rule is evaluated at a fixed
+# interval), so ratios of it are ratios of the report's hourly totals.
+HOURLY_TOTALS = (f"(sum by (hour) (sum_over_time(llmmeter:tokens_per_second_by_utc_hour:rate1m{{{TM}}}[$__range]))"
+                 f" or {NO_HOURS})")
 MONTH_HOURS = 730  # SPEC's self-hosting month: 730 h
 
 
@@ -117,7 +125,7 @@ class Board:
     # -- panel kinds --------------------------------------------------------------------
     def timeseries(self, title: str, description: str, targets: list[Json], unit: str, w: int = 12, h: int = 8,
                    stack: bool = False, bars: bool = False, max_: float | None = None, limit_line: float | None = None,
-                   interval: str | None = None) -> None:
+                   interval: str | None = None, min_: float | None = 0) -> None:
         custom: Json = {
             "drawStyle": "bars" if bars else "line", "lineWidth": 1, "fillOpacity": 80 if bars else 12,
             "gradientMode": "none", "lineInterpolation": "linear", "showPoints": "never", "pointSize": 4,
@@ -132,7 +140,9 @@ class Board:
                               "showLegend": True},
                    "tooltip": {"mode": "multi", "sort": "desc"}}
         extra = {"interval": interval} if interval else None
-        bounds: Json = {"min": 0} if max_ is None else {"min": 0, "max": max_}
+        bounds: Json = {} if min_ is None else {"min": min_}
+        if max_ is not None:
+            bounds["max"] = max_
         self.panel("timeseries", title, description, targets, unit, w, h, options, custom, steps,
                    extra=extra, **bounds)
 
@@ -147,13 +157,15 @@ class Board:
                    extra=extra, **more)
 
     def bargauge(self, title: str, description: str, targets: list[Json], unit: str, w: int = 12, h: int = 8,
-                 steps: Json = GREEN, max_: float | None = None) -> None:
+                 steps: Json = GREEN, max_: float | None = None, decimals: int | None = None) -> None:
         options = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
                    "orientation": "horizontal", "displayMode": "gradient", "valueMode": "color",
                    "namePlacement": "auto", "showUnfilled": True, "sizing": "auto", "minVizWidth": 8,
                    "minVizHeight": 16, "maxVizHeight": 300,
                    "legend": {"calcs": [], "displayMode": "list", "placement": "bottom", "showLegend": False}}
-        more = {"min": 0} if max_ is None else {"min": 0, "max": max_}
+        more: Json = {"min": 0} if max_ is None else {"min": 0, "max": max_}
+        if decimals is not None:
+            more["decimals"] = decimals
         color = "thresholds" if steps is not GREEN else "continuous-GrYlRd"
         self.panel("bargauge", title, description, targets, unit, w, h, options, steps=steps, color=color, **more)
 
@@ -172,7 +184,7 @@ class Board:
                    "sortBy": [{"displayName": "model", "desc": False}]}
         custom = {"align": "auto", "cellOptions": {"type": "auto"}, "inspect": False, "filterable": False}
         self.panel("table", title, description, targets, unit, w, h, options, custom,
-                   extra={"transformations": transformations}, decimals=4)
+                   extra={"transformations": transformations})
 
     def barchart(self, title: str, description: str, targets: list[Json], unit: str, x_field: str,
                  transformations: list[Json], w: int = 12, h: int = 8) -> None:
@@ -279,7 +291,7 @@ def cost() -> Board:
               instant=True)], USD)
     b.stat("Spend rate (USD per hour)", "The last five minutes' spend, fees included, per hour. Times 730 is a "
            "month at this pace.",
-           [q(f"sum(llmmeter:cost_usd_per_hour:rate5m{{{TM}}})", "USD/h", instant=True)], USD, decimals=2)
+           [q(f"sum(llmmeter:cost_usd_per_hour:rate5m{{{TM}}})", "USD/h", instant=True)], USD)
     b.stat("Saved by the cache", "What cache reads saved (and cache writes cost extra) against paying the input "
            "price for those tokens, over the dashboard's time range. The report's without_cache what-if minus "
            "the real cost.",
@@ -378,7 +390,7 @@ def cost() -> Board:
     b.timeseries("Saved by the cache (USD per hour)", "Savings rate by model and tier; negative when cache "
                  "writes cost more than they save.",
                  [q(f"sum by (model, tier) (llmmeter:cache_saved_usd_per_hour:rate5m{{{TM}}})", "{{model}} {{tier}}")],
-                 USD, w=8)
+                 USD, w=8, min_=None)
 
     b.timeseries("Cache writes by lifetime (USD per hour)", "What cache writes cost, 5-minute and 1-hour apart, "
                  "by model. A 1-hour write costs more (about 2x input on Anthropic against 1.25x) and pays off only "
@@ -453,9 +465,10 @@ def latency() -> Board:
               "overhead p99", instant=True)], SECONDS)
     b.stat("Calls per second", "Everything through the proxy, errors included.",
            [q(all_calls, "calls/s", instant=True)], REQ_S)
-    b.stat("Error share", "Share of calls whose client got anything but 2xx, over the rate interval.",
+    b.stat("Error share", "Share of calls whose client got anything but 2xx, over the rate interval; 0 when "
+           "there were no calls.",
            [q(f'(sum(rate(llmmeter_requests_total{{{U}, {TM}, code!~"2.."}}[$__rate_interval])) or vector(0)) '
-              f"/ {all_calls}", "errors", instant=True)], RATIO,
+              f"/ ({all_calls} > 0) or vector(0)", "errors", instant=True)], RATIO,
            steps=thresholds((None, "green"), (0.01, "orange"), (0.05, "red")))
     b.stat("Targets up", "llmmeter processes Prometheus can scrape, of those it knows.",
            [q('sum(up{job="llmmeter"})', "up", instant=True), q('count(up{job="llmmeter"})', "known", instant=True)],
@@ -546,10 +559,12 @@ def selfhosting() -> Board:
                [{"id": "sortBy", "options": {"fields": {}, "sort": [{"field": "hour", "desc": False}]}},
                 {"id": "organize", "options": {"excludeByName": {"Time": True}, "renameByName": {"Value": "tokens"}}}],
                w=8, h=10)
-    b.stat("Peak ÷ off-peak", "Mean tokens of the 4 busiest hours of the day ÷ mean of the 12 quietest, as in the "
-           "monthly report. Read it over whole days; near 1 is flat load, above 3 is spiky.",
-           [q(f"avg(topk(4, {HOURLY_PROFILE})) / avg(bottomk(12, {HOURLY_PROFILE}))", "peak/off-peak",
-              instant=True)], TIMES, w=4, h=10, decimals=1)
+    b.stat("Peak ÷ off-peak", "Mean tokens of the 4 busiest UTC hours of the day ÷ mean of the 12 quietest over "
+           "the time range, hours without tokens counted as 0 and the ratio 0 when the quietest hours have none, "
+           "as the monthly report defines peak_to_offpeak_ratio (in UTC). Read it over whole days; near 1 is flat "
+           "load, above 3 is spiky.",
+           [q(f"avg(topk(4, {HOURLY_TOTALS})) / (avg(bottomk(12, {HOURLY_TOTALS})) > 0) or vector(0)",
+              "peak/off-peak", instant=True)], TIMES, w=4, h=10, decimals=1)
 
     b.row("Peak load against $nodes nodes")
     b.timeseries("Prefill and decode tokens per second", "Input-side tokens (prefill) and output tokens "
@@ -589,10 +604,10 @@ def selfhosting() -> Board:
            [q(f"max(llmmeter_selfhost_monthly_cost_usd) / (sum(increase(llmmeter_cost_usd_total{{{TM}}}[$__range])) "
               f"/ sum(increase(llmmeter_tokens_total{{{TM}}}[$__range])))", "tokens/month", instant=True)],
            TOKENS, w=4, h=8)
-    b.bargauge("Calls by upstream in range", "How traffic splits between upstreams (a hybrid set-up sends "
-               "sensitive calls to the self-hosted one).",
-               [q(f"sort_desc(sum by (upstream) (increase(llmmeter_requests_total{{{U}, {TM}}}[$__range])))",
-                  "{{upstream}}", instant=True)], "none", w=4, h=8)
+    b.bargauge("Calls by upstream in range", "Whole calls through each upstream over the time range (a "
+               "hybrid set-up sends sensitive calls to the self-hosted one).",
+               [q(f"sort_desc(round(sum by (upstream) (increase(llmmeter_requests_total{{{U}, {TM}}}[$__range]))))",
+                  "{{upstream}}", instant=True)], "none", w=4, h=8, decimals=0)
     return b
 
 
