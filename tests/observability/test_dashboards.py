@@ -193,6 +193,16 @@ def exprs(p: Json) -> str:
     return " ".join(t["expr"] for t in p["targets"])
 
 
+def test_every_panel_says_what_it_must_equal() -> None:
+    """A panel is either held to the ledger's totals (test_live.py) or says why it is not one."""
+    from tests.observability.promises import REGISTRY
+
+    titles = [p["title"] for _, p in all_panels()]
+    assert len(titles) == len(set(titles))
+    assert sorted(set(titles) - set(REGISTRY)) == [], "panels with no entry in promises.py"
+    assert sorted(set(REGISTRY) - set(titles)) == [], "entries in promises.py with no panel"
+
+
 def test_money_is_never_rounded_below_its_size() -> None:
     """$0.004 an hour must not read $0.00: money panels leave decimals to Grafana's auto."""
     for where, p in all_panels():
