@@ -7,12 +7,16 @@ panel gets the same data source, units and layout rules. Run it after a change:
     python grafana/build.py --check  # exit 1 if the files differ from what it would write
 
 PromQL reads the recording rules in prometheus/rules/ where one fits. Metric names are
-SPEC.md's; labels are only those the proxy exports.
+SPEC.md's; labels are only those the proxy exports. Spend is llmmeter_cost_usd_total summed
+over `type`: the billing categories and the fees (docs/metrics.md), so every money panel
+includes fees. Every increase() also counts the first step of a series born inside its
+window (see `counted`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -35,15 +39,40 @@ INPUT_SIDE = 'type=~"input|cache_read|cache_write|cache_write_1h"'
 CACHE_TYPES = 'type=~"cache_read|cache_write|cache_write_1h"'
 CACHE_WRITES = 'type=~"cache_write|cache_write_1h"'
 METERED = 'endpoint!~"models|other", outcome!="rejected"'
-HOURLY_PROFILE = f'sum by (hour) (avg_over_time(llmmeter:tokens_per_second_by_utc_hour:rate1m{{{TM}}}[$__range]))'
+# The 24 UTC hours at 0, so that an hour without traffic (or without llmmeter running) counts
+# as an hour of no tokens, as in the report's hourly profile.
+NO_HOURS = "(" + " or ".join(f'label_replace(vector(0), "hour", "{h:02d}", "", "")' for h in range(24)) + ")"
+HOURLY_PROFILE = (f"(sum by (hour) (avg_over_time(llmmeter:tokens_per_second_by_utc_hour:rate1m{{{TM}}}[$__range]))"
+                  f" or {NO_HOURS})")
+# Proportional to the range's tokens in each UTC hour of the day (the rule is evaluated at a fixed
+# interval), so ratios of it are ratios of the report's hourly totals.
+HOURLY_TOTALS = (f"(sum by (hour) (sum_over_time(llmmeter:tokens_per_second_by_utc_hour:rate1m{{{TM}}}[$__range]))"
+                 f" or {NO_HOURS})")
 MONTH_HOURS = 730  # SPEC's self-hosting month: 730 h
 
 
 Json = dict[str, Any]
 
 
+# A counter series appears with its first increment, so increase() over a window in which it
+# was born misses that step (the value of its first sample). The series llmmeter can name in
+# advance start at 0 (docs/metrics.md); for the others, the first sample of a series absent at
+# the window's start is added back.
+_INCREASE = re.compile(r"increase\((\w+(?:\{[^{}]*\})?)\[([^\]]+)\]\)")
+
+
+def counted(expr: str) -> str:
+    """Each increase(s[w]) of `expr`, plus min_over_time(s[w]) for series not there w ago."""
+
+    def one(m: re.Match[str]) -> str:
+        s, w = m[1], m[2]
+        return f"(increase({s}[{w}]) + (min_over_time({s}[{w}]) unless {s} offset {w}) or increase({s}[{w}]))"
+
+    return _INCREASE.sub(one, expr)
+
+
 def q(expr: str, legend: str = "__auto", instant: bool = False, fmt: str = "time_series") -> Json:
-    return {"expr": expr, "legendFormat": legend, "instant": instant, "range": not instant, "format": fmt}
+    return {"expr": counted(expr), "legendFormat": legend, "instant": instant, "range": not instant, "format": fmt}
 
 
 def thresholds(*steps: tuple[float | None, str]) -> Json:
@@ -96,7 +125,7 @@ class Board:
     # -- panel kinds --------------------------------------------------------------------
     def timeseries(self, title: str, description: str, targets: list[Json], unit: str, w: int = 12, h: int = 8,
                    stack: bool = False, bars: bool = False, max_: float | None = None, limit_line: float | None = None,
-                   interval: str | None = None) -> None:
+                   interval: str | None = None, min_: float | None = 0) -> None:
         custom: Json = {
             "drawStyle": "bars" if bars else "line", "lineWidth": 1, "fillOpacity": 80 if bars else 12,
             "gradientMode": "none", "lineInterpolation": "linear", "showPoints": "never", "pointSize": 4,
@@ -111,7 +140,9 @@ class Board:
                               "showLegend": True},
                    "tooltip": {"mode": "multi", "sort": "desc"}}
         extra = {"interval": interval} if interval else None
-        bounds: Json = {"min": 0} if max_ is None else {"min": 0, "max": max_}
+        bounds: Json = {} if min_ is None else {"min": min_}
+        if max_ is not None:
+            bounds["max"] = max_
         self.panel("timeseries", title, description, targets, unit, w, h, options, custom, steps,
                    extra=extra, **bounds)
 
@@ -126,13 +157,15 @@ class Board:
                    extra=extra, **more)
 
     def bargauge(self, title: str, description: str, targets: list[Json], unit: str, w: int = 12, h: int = 8,
-                 steps: Json = GREEN, max_: float | None = None) -> None:
+                 steps: Json = GREEN, max_: float | None = None, decimals: int | None = None) -> None:
         options = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
                    "orientation": "horizontal", "displayMode": "gradient", "valueMode": "color",
                    "namePlacement": "auto", "showUnfilled": True, "sizing": "auto", "minVizWidth": 8,
                    "minVizHeight": 16, "maxVizHeight": 300,
                    "legend": {"calcs": [], "displayMode": "list", "placement": "bottom", "showLegend": False}}
-        more = {"min": 0} if max_ is None else {"min": 0, "max": max_}
+        more: Json = {"min": 0} if max_ is None else {"min": 0, "max": max_}
+        if decimals is not None:
+            more["decimals"] = decimals
         color = "thresholds" if steps is not GREEN else "continuous-GrYlRd"
         self.panel("bargauge", title, description, targets, unit, w, h, options, steps=steps, color=color, **more)
 
@@ -151,7 +184,7 @@ class Board:
                    "sortBy": [{"displayName": "model", "desc": False}]}
         custom = {"align": "auto", "cellOptions": {"type": "auto"}, "inspect": False, "filterable": False}
         self.panel("table", title, description, targets, unit, w, h, options, custom,
-                   extra={"transformations": transformations}, decimals=4)
+                   extra={"transformations": transformations})
 
     def barchart(self, title: str, description: str, targets: list[Json], unit: str, x_field: str,
                  transformations: list[Json], w: int = 12, h: int = 8) -> None:
@@ -244,8 +277,8 @@ def cost() -> Board:
               "ratio and savings, and its writes by lifetime; per-call fees; the provider's own cost beside "
               "llmmeter's; the prices in force.", extra_vars=[budget_var()])
     b.row("Spend")
-    b.stat("Spend today", "What calls cost since midnight (dashboard time zone), from the cost counters. "
-           "Filtered by tenant and model.",
+    b.stat("Spend today", "What calls cost since midnight (dashboard time zone), fees included, from the cost "
+           "counter. Filtered by tenant and model.",
            [q(f"sum(increase(llmmeter_cost_usd_total{{{TM}}}[$__range]))", "today", instant=True)],
            USD, extra={"timeFrom": "now/d", "hideTimeOverride": False})
     b.stat("Month to date", "This UTC month's spend as the ledger has it (exact, from llmmeter's database). "
@@ -256,8 +289,9 @@ def cost() -> Board:
            "forecast). Early in a month it swings; compare it with the budget.",
            [q('sum(llmmeter:projected_month_cost_usd{tenant=~"$tenant", tenant!="all"})', "projected",
               instant=True)], USD)
-    b.stat("Spend rate (USD per hour)", "The last five minutes' spend, per hour. Times 730 is a month at this pace.",
-           [q(f"sum(llmmeter:cost_usd_per_hour:rate5m{{{TM}}})", "USD/h", instant=True)], USD, decimals=2)
+    b.stat("Spend rate (USD per hour)", "The last five minutes' spend, fees included, per hour. Times 730 is a "
+           "month at this pace.",
+           [q(f"sum(llmmeter:cost_usd_per_hour:rate5m{{{TM}}})", "USD/h", instant=True)], USD)
     b.stat("Saved by the cache", "What cache reads saved (and cache writes cost extra) against paying the input "
            "price for those tokens, over the dashboard's time range. The report's without_cache what-if minus "
            "the real cost.",
@@ -311,15 +345,15 @@ def cost() -> Board:
                  USD, stack=True)
     b.timeseries("Spend rate by tenant", "USD per hour, stacked, per tenant (from the proxy keys).",
                  [q(f"sum by (tenant) (llmmeter:cost_usd_per_hour:rate5m{{{TM}}})", "{{tenant}}")], USD, stack=True)
-    b.bargauge("Spend in range by model and tier", "Total over the dashboard's time range.",
+    b.bargauge("Spend in range by model and tier", "Total over the dashboard's time range, fees included.",
                [q(f"sort_desc(sum by (model, tier) (increase(llmmeter_cost_usd_total{{{TM}}}[$__range])))",
                   "{{model}} {{tier}}", instant=True)], USD, w=8)
-    b.bargauge("Spend in range by tenant", "Total over the dashboard's time range.",
+    b.bargauge("Spend in range by tenant", "Total over the dashboard's time range, fees included.",
                [q(f"sort_desc(sum by (tenant) (increase(llmmeter_cost_usd_total{{{TM}}}[$__range])))",
                   "{{tenant}}", instant=True)], USD, w=8)
     b.piechart("Spend by billing category", "Input, cache read, 5-minute and 1-hour cache writes, output "
-               "(reasoning is billed as output). Fees are apart, below. Output usually dominates; a large input "
-               "share is where caching would pay.",
+               "(reasoning is billed as output), and per-call fees (web_search). Output usually dominates; a "
+               "large input share is where caching would pay.",
                [q(f"sum by (type) (increase(llmmeter_cost_usd_total{{{TM}}}[$__range]))", "{{type}}",
                   instant=True)], USD, w=8)
     b.bargauge("Spend by tag and workload", "X-LLMMeter-Tag (only tags declared in llmmeter.toml; others are "
@@ -356,7 +390,7 @@ def cost() -> Board:
     b.timeseries("Saved by the cache (USD per hour)", "Savings rate by model and tier; negative when cache "
                  "writes cost more than they save.",
                  [q(f"sum by (model, tier) (llmmeter:cache_saved_usd_per_hour:rate5m{{{TM}}})", "{{model}} {{tier}}")],
-                 USD, w=8)
+                 USD, w=8, min_=None)
 
     b.timeseries("Cache writes by lifetime (USD per hour)", "What cache writes cost, 5-minute and 1-hour apart, "
                  "by model. A 1-hour write costs more (about 2x input on Anthropic against 1.25x) and pays off only "
@@ -370,7 +404,8 @@ def cost() -> Board:
 
     b.row("Fees and the provider's own cost")
     b.stat("Fees in range", "Per-call fees (web search calls at the price table's web_search_per_1k) over the "
-           "dashboard's time range. They are part of every spend figure above.",
+           "dashboard's time range. They are part of every spend figure on these dashboards: the cost counter "
+           "holds them under type web_search.",
            [q(f"sum(increase(llmmeter_fees_usd_total{{{TM}}}[$__range]))", "fees", instant=True)], USD, w=4, h=8)
     b.timeseries("Fees by model and kind (USD per hour)", "Per-call fees, stacked: web search calls priced per "
                  "1,000. Calls to a model whose entry has no fee price cost 0 here and are flagged fee_unpriced.",
@@ -430,9 +465,10 @@ def latency() -> Board:
               "overhead p99", instant=True)], SECONDS)
     b.stat("Calls per second", "Everything through the proxy, errors included.",
            [q(all_calls, "calls/s", instant=True)], REQ_S)
-    b.stat("Error share", "Share of calls whose client got anything but 2xx, over the rate interval.",
+    b.stat("Error share", "Share of calls whose client got anything but 2xx, over the rate interval; 0 when "
+           "there were no calls.",
            [q(f'(sum(rate(llmmeter_requests_total{{{U}, {TM}, code!~"2.."}}[$__rate_interval])) or vector(0)) '
-              f"/ {all_calls}", "errors", instant=True)], RATIO,
+              f"/ ({all_calls} > 0) or vector(0)", "errors", instant=True)], RATIO,
            steps=thresholds((None, "green"), (0.01, "orange"), (0.05, "red")))
     b.stat("Targets up", "llmmeter processes Prometheus can scrape, of those it knows.",
            [q('sum(up{job="llmmeter"})', "up", instant=True), q('count(up{job="llmmeter"})', "known", instant=True)],
@@ -523,10 +559,12 @@ def selfhosting() -> Board:
                [{"id": "sortBy", "options": {"fields": {}, "sort": [{"field": "hour", "desc": False}]}},
                 {"id": "organize", "options": {"excludeByName": {"Time": True}, "renameByName": {"Value": "tokens"}}}],
                w=8, h=10)
-    b.stat("Peak ÷ off-peak", "Mean tokens of the 4 busiest hours of the day ÷ mean of the 12 quietest, as in the "
-           "monthly report. Read it over whole days; near 1 is flat load, above 3 is spiky.",
-           [q(f"avg(topk(4, {HOURLY_PROFILE})) / avg(bottomk(12, {HOURLY_PROFILE}))", "peak/off-peak",
-              instant=True)], TIMES, w=4, h=10, decimals=1)
+    b.stat("Peak ÷ off-peak", "Mean tokens of the 4 busiest UTC hours of the day ÷ mean of the 12 quietest over "
+           "the time range, hours without tokens counted as 0 and the ratio 0 when the quietest hours have none, "
+           "as the monthly report defines peak_to_offpeak_ratio (in UTC). Read it over whole days; near 1 is flat "
+           "load, above 3 is spiky.",
+           [q(f"avg(topk(4, {HOURLY_TOTALS})) / (avg(bottomk(12, {HOURLY_TOTALS})) > 0) or vector(0)",
+              "peak/off-peak", instant=True)], TIMES, w=4, h=10, decimals=1)
 
     b.row("Peak load against $nodes nodes")
     b.timeseries("Prefill and decode tokens per second", "Input-side tokens (prefill) and output tokens "
@@ -562,14 +600,14 @@ def selfhosting() -> Board:
            [q(f"max(llmmeter_selfhost_monthly_cost_usd) / ({range_rate})", "multiple", instant=True)], TIMES,
            w=4, h=8, decimals=1)
     b.stat("Break-even tokens per month", "Self-hosting's monthly cost ÷ the API's average cost per token over "
-           "the range (all five billing categories).",
+           "the range (its cost, fees included, over the tokens of all five billing categories).",
            [q(f"max(llmmeter_selfhost_monthly_cost_usd) / (sum(increase(llmmeter_cost_usd_total{{{TM}}}[$__range])) "
               f"/ sum(increase(llmmeter_tokens_total{{{TM}}}[$__range])))", "tokens/month", instant=True)],
            TOKENS, w=4, h=8)
-    b.bargauge("Calls by upstream in range", "How traffic splits between upstreams (a hybrid set-up sends "
-               "sensitive calls to the self-hosted one).",
-               [q(f"sort_desc(sum by (upstream) (increase(llmmeter_requests_total{{{U}, {TM}}}[$__range])))",
-                  "{{upstream}}", instant=True)], "none", w=4, h=8)
+    b.bargauge("Calls by upstream in range", "Whole calls through each upstream over the time range (a "
+               "hybrid set-up sends sensitive calls to the self-hosted one).",
+               [q(f"sort_desc(round(sum by (upstream) (increase(llmmeter_requests_total{{{U}, {TM}}}[$__range]))))",
+                  "{{upstream}}", instant=True)], "none", w=4, h=8, decimals=0)
     return b
 
 

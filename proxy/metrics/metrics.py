@@ -7,6 +7,7 @@ can grow the series count. Counters are a float view of the exact integer ledger
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 import time
@@ -22,13 +23,18 @@ from prometheus_client.registry import Collector
 from pricing import Cost, PriceBook
 from pricing.model import BILLING_TYPES
 from proxy.ledger.record import COST_UNITS_PER_USD, Record
+from proxy.metrics.known import MAX_SERIES, known_series
 from proxy.metrics.tally import Buckets, Sum, Tally
 from proxy.protocol.names import ENDPOINTS, FAULT_KINDS, REFUSAL_REASONS, UNAUTHENTICATED
 from proxy.settings import Settings
 
 OTHER = "other"
+log = logging.getLogger("llmmeter.metrics")
 TOKEN_BUCKETS = (16, 64, 256, 1024, 4096, 16384, 32768, 65536, 131072, 262144, 524288, 1048576)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+# Finer where LLM first tokens fall (0.2-2 s): between 0.25 and 0.5 s a p95 was read 60% high.
+TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.3, 0.4, 0.5, 0.75, 1, 1.5, 2, 2.5, 5, 10, 30, 60, 120, 300,
+                600)
 PENDING_EVERY_S = 0.5
 OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1)
 
@@ -74,10 +80,12 @@ class Metrics:
         self.tokens = Sum("llmmeter_tokens", "Tokens by billing category", ["model", "tier", "tenant", "type"], shared)
         self.reasoning = Sum("llmmeter_reasoning_tokens", "Reasoning tokens (a subset of output)",
                              ["model", "tier", "tenant"], shared)
-        self.cost = Sum("llmmeter_cost_usd", "Cost in USD by billing category", ["model", "tier", "tenant", "type"],
-                        shared)
-        self.fees = Sum("llmmeter_fees_usd", "Per-call fees in USD (inside llmmeter_cost_usd_total's totals)",
-                        ["model", "tenant", "fee"], shared)
+        # Spend is one counter: its `type` is a billing category or a fee (web_search), so any
+        # sum of it is the whole cost, as the ledger has it.
+        self.cost = Sum("llmmeter_cost_usd", "Cost in USD by billing category and fee (type web_search): "
+                        "summed over type, the whole cost", ["model", "tier", "tenant", "type"], shared)
+        self.fees = Sum("llmmeter_fees_usd", "Per-call fees in USD by fee, without tier (the same amounts are in "
+                        "llmmeter_cost_usd_total under their fee's type)", ["model", "tenant", "fee"], shared)
         self.provider_cost = Sum("llmmeter_provider_cost_usd", "The cost the upstream itself reported, in USD",
                                  ["model", "tenant"], shared)
         self.provider_costed = Sum("llmmeter_provider_costed_usd",
@@ -88,7 +96,7 @@ class Metrics:
         self.duration = Buckets("llmmeter_request_duration_seconds", "Request duration", ["endpoint", "model"],
                                 LATENCY_BUCKETS, shared)
         self.ttft = Buckets("llmmeter_time_to_first_token_seconds", "Time to first token (streams)",
-                            ["model", "tier"], LATENCY_BUCKETS, shared)
+                            ["model", "tier"], TTFT_BUCKETS, shared)
         self.overhead = Buckets("llmmeter_proxy_overhead_seconds", "Time the proxy itself adds", ["endpoint"],
                                 OVERHEAD_BUCKETS, shared)
         self.upstream_errors = Counter("llmmeter_upstream_errors", "Upstream failures",
@@ -127,6 +135,7 @@ class Metrics:
                      ["phase"], registry=r, multiprocess_mode="max")
         node.labels("prefill").set(settings.selfhost.node_prefill_tokens_per_s)
         node.labels("decode").set(settings.selfhost.node_decode_tokens_per_s)
+        self._zero_known(settings, book)
         if not multiproc:
             registry.register(Tally((self.requests, self.tokens, self.reasoning, self.cost, self.fees,
                                      self.provider_cost, self.provider_costed, self.estimated,
@@ -147,6 +156,22 @@ class Metrics:
                 _publish_ledger_counts(r, ledger_counts)
             else:
                 registry.register(_LedgerCounts(ledger_counts))
+
+    def _zero_known(self, settings: Settings, book: PriceBook) -> None:
+        """The series the configuration names, at 0 from the start (proxy/metrics/known.py)."""
+        known = known_series(settings, book)
+        if known.over_cap:
+            log.warning("metrics: the upstreams' models globs name %d counter series, more than %d: per-model "
+                        "series start with their first call (narrow the globs to have them at 0 from the start)",
+                        known.over_cap, MAX_SERIES)
+        for family, keys in ((self.tokens, known.tokens), (self.cost, known.cost), (self.reasoning, known.reasoning),
+                             (self.fees, known.fees), (self.provider_cost, known.provider),
+                             (self.provider_costed, known.provider), (self.tagged_cost, known.tagged),
+                             (self.estimated, known.estimated), (self.unpriced, known.unpriced)):
+            for key in keys:
+                family.zero(key)
+        for upstream, kind in known.upstream_errors:
+            self.upstream_errors.labels(upstream, kind)  # a labelled child starts at 0
 
     def observe(self, rec: Record, cost: Cost | None, overhead_s: float) -> None:
         """Counts one finished request, on the event loop."""
@@ -203,7 +228,9 @@ class Metrics:
         if cost.output:
             spend_output(cost.output / COST_UNITS_PER_USD)
         if cost.web_search:
-            k.web_search(cost.web_search / COST_UNITS_PER_USD)
+            fee, spend_fee = k.web_search
+            fee(cost.web_search / COST_UNITS_PER_USD)
+            spend_fee(cost.web_search / COST_UNITS_PER_USD)
         total = cost.total
         k.tagged_cost(total / COST_UNITS_PER_USD)
         if provider is not None:
@@ -246,7 +273,8 @@ class Metrics:
             output_tokens=self.output_tokens.observer((model,)),
             unpriced=self.unpriced.adder((model,)),
             cost=tuple(self.cost.adder((model, tier, tenant, kind)) for kind in kinds),
-            web_search=self.fees.adder((model, tenant, "web_search")),
+            web_search=(self.fees.adder((model, tenant, "web_search")),
+                        self.cost.adder((model, tier, tenant, "web_search"))),
             provider_cost=self.provider_cost.adder((model, tenant)),
             provider_costed=self.provider_costed.adder((model, tenant)),
             tagged_cost=self.tagged_cost.adder((lb.pick(_str(tag_v), lb.tags), _str(workload_v) or OTHER)),
@@ -280,7 +308,7 @@ class _Keys:
     output_tokens: Add
     unpriced: Add
     cost: tuple[Add, ...]  # as tokens
-    web_search: Add  # the fee of FEE_TYPES' one kind so far
+    web_search: tuple[Add, Add]  # FEE_TYPES' one kind: in the fees counter, and in the cost counter
     provider_cost: Add
     provider_costed: Add
     tagged_cost: Add

@@ -6,7 +6,7 @@ event loop, the only writer, calls an adder bound to one series' cell: no label 
 no lock. A scrape copies what it reads (one C-level call each, so no update is seen half
 done) and renders the same samples prometheus_client would: `_total` and `_created` for
 counters; `_bucket`, `_count`, `_sum` and `_created` for histograms, `le` spelt as
-prometheus_client spells it; a series never updated is not exported.
+prometheus_client spells it; a series never updated (nor zeroed) is not exported.
 
 With several workers (`--workers`), the values must live in prometheus_client's shared
 files instead: given a registry, the adders update a real metric's child.
@@ -75,6 +75,13 @@ class Sum:
             self.created[key] = time.time()
             cell = self.values[key] = _Cell()
         return cell.add
+
+    def zero(self, key: Key) -> None:
+        """Exports `key` at 0 before its first increment, so increase() sees that step."""
+        if self._shared is not None:
+            self._shared.labels(*key)  # a child is written to the shared files at 0
+            return
+        self.adder(key)(0.0)
 
     def family(self) -> Metric:
         fam = CounterMetricFamily(self.name, self.doc, labels=self.labelnames)

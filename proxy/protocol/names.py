@@ -19,6 +19,10 @@ ENDPOINTS = frozenset({*ENDPOINT_PATHS.values(), BATCH, "other"})
 BILLED = METERED | {BATCH}
 CHAT_STYLE = frozenset({"chat", "completions"})  # where llmmeter may ask for the usage chunk
 
+# How a call to an upstream failed (llmmeter_upstream_errors_total{kind}): 5xx and 429, no
+# connection, no answer in time, a connection broken after the request was sent, not HTTP.
+UPSTREAM_ERROR_KINDS = ("http_error", "unreachable", "timeout", "reset", "malformed")
+
 OUTCOMES = ("ok", "upstream_http_error", "upstream_unreachable", "upstream_timeout", "upstream_reset",
             "upstream_malformed", "upstream_empty", "client_closed", "rejected")
 # A 2xx stream that ended with no event at all (not even [DONE]): the upstream produced nothing

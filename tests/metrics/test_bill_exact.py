@@ -69,9 +69,11 @@ def test_one_hour_writes_and_web_search_fees_are_counted_and_priced(
     assert one(registry, "llmmeter_cost_usd_total", **base, type="cache_write") == pytest.approx(0.015)
     assert one(registry, "llmmeter_fees_usd_total", model="claude-sonnet-4.5", tenant="search-team",
                fee="web_search") == pytest.approx(0.06)
-    # Fees are not a token type: the cost counter's types are the five billing categories.
+    # Fees are in the cost counter under their own type, so its sum is the whole cost.
     assert {dict(k)["type"] for k in samples(registry, "llmmeter_cost_usd_total")} == {
-        "input", "cache_write", "cache_write_1h", "output"}  # no cache reads here: never touched
+        "input", "cache_write", "cache_write_1h", "output", "web_search"}  # no cache reads: never touched
+    assert one(registry, "llmmeter_cost_usd_total", **base, type="web_search") == pytest.approx(0.06)
+    assert sum(samples(registry, "llmmeter_cost_usd_total").values()) == pytest.approx(2 * priced.cost.total / USD)
     # The tag's cost is the whole record's, fees included.
     assert sum(samples(registry, "llmmeter_tagged_cost_usd_total").values()) == pytest.approx(
         2 * priced.cost.total / USD)

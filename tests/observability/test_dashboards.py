@@ -182,3 +182,63 @@ def test_provisioning_files_parse(name: str) -> None:
     else:
         [provider] = doc["providers"]
         assert provider["type"] == "file" and provider["options"]["path"] == "/etc/grafana/dashboards/llmmeter"
+
+
+# -- what panels promise (tests/observability/promises.py) -----------------------------------
+def all_panels() -> list[tuple[str, Json]]:
+    return [(f"{d['title']} / {p['title']}", p) for d in dashboards() for p in panels(d)]
+
+
+def exprs(p: Json) -> str:
+    return " ".join(t["expr"] for t in p["targets"])
+
+
+def test_every_panel_says_what_it_must_equal() -> None:
+    """A panel is either held to the ledger's totals (test_live.py) or says why it is not one."""
+    from tests.observability.promises import REGISTRY
+
+    titles = [p["title"] for _, p in all_panels()]
+    assert len(titles) == len(set(titles))
+    assert sorted(set(titles) - set(REGISTRY)) == [], "panels with no entry in promises.py"
+    assert sorted(set(REGISTRY) - set(titles)) == [], "entries in promises.py with no panel"
+
+
+def test_money_is_never_rounded_below_its_size() -> None:
+    """$0.004 an hour must not read $0.00: money panels leave decimals to Grafana's auto."""
+    for where, p in all_panels():
+        if p["fieldConfig"]["defaults"]["unit"] == "currencyUSD":
+            assert "decimals" not in p["fieldConfig"]["defaults"], where
+
+
+def test_spend_is_one_definition_fees_included() -> None:
+    """Every spend query reads the cost counter whole (its `type` holds fees too), or names the
+    part it shows; nothing adds the fees counter on top (that would count fees twice)."""
+    parts = {"Cache writes by lifetime (USD per hour)"}  # only cache writes, as its title says
+    for where, p in all_panels():
+        e = exprs(p)
+        if "llmmeter_cost_usd_total{" in e and p["title"] not in parts:
+            assert "type=" not in e.split("llmmeter_cost_usd_total{")[1].split("}")[0], where
+        if "llmmeter_cost_usd_total" in e:
+            assert "llmmeter_fees_usd_total" not in e, where
+    [fees] = [p for _, p in all_panels() if p["title"] == "Fees in range"]
+    assert "part of every spend figure" in fees["description"]
+
+
+def test_panels_say_what_they_compute() -> None:
+    by_title = {p["title"]: p for _, p in all_panels()}
+    # Savings can be negative (cache writes cost more than they save): no floor at 0.
+    for where, p in all_panels():
+        if "negative" in p["description"]:
+            assert p["fieldConfig"]["defaults"].get("min") is None, where
+    # Calls are whole.
+    calls = by_title["Calls by upstream in range"]
+    assert "round(" in exprs(calls) and calls["fieldConfig"]["defaults"]["decimals"] == 0
+    # Error share: 0, not NaN, without calls.
+    assert exprs(by_title["Error share"]).endswith("> 0) or vector(0)")
+    # Peak ÷ off-peak: every UTC hour counted (missing ones as 0), and 0 when the quiet hours are.
+    peak = exprs(by_title["Peak ÷ off-peak"])
+    assert all(f'"hour", "{h:02d}"' in peak for h in range(24)) and peak.endswith("> 0) or vector(0)")
+    # Every range total counts the first step of a series born in the range.
+    for where, p in all_panels():
+        for m in re.finditer(r"increase\((\w+)", exprs(p)):
+            assert f"min_over_time({m[1]}" in exprs(p), where

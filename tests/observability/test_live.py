@@ -2,9 +2,11 @@
 
 A fake upstream (two of them: an API and a self-hosted server) answers mixed traffic from the
 official SDKs — several models, both kimi-k3.1-pro tiers, two tenants with their own keys,
-streams, errors, estimated and unpriced calls. Prometheus scrapes llmmeter every second and
-evaluates prometheus/rules/*.yml; then every PromQL expression of every Grafana panel, every
-template variable query and every rule goes through Prometheus's HTTP API.
+streams, cache writes (5-minute and 1-hour), web search fees, errors, estimated and unpriced
+calls — in two waves with a restart of llmmeter between them. Prometheus scrapes llmmeter
+every second and evaluates prometheus/rules/*.yml; then every PromQL expression of every
+Grafana panel, every template variable query and every rule goes through Prometheus's HTTP
+API, and every panel that shows a total is compared with the ledger (promises.py).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import re
 import shutil
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -24,9 +28,11 @@ import openai
 import pytest
 from openai import OpenAI
 
-from pricing import default_tables_dir
+from pricing import PriceBook, default_tables_dir, load_dir
+from proxy.settings import Settings
 from tests.conftest import DATA
 from tests.fake_upstream import FakeUpstream
+from tests.observability.promises import REGISTRY, Books, Ledger
 from tests.observability.stack import (
     Prometheus,
     PromQLError,
@@ -36,15 +42,20 @@ from tests.observability.stack import (
     finite_values,
     interpolate,
     panel_queries,
+    panels,
     rules,
     variables,
 )
 from tests.serve import Served
 from tests.strict import require
 
+# Two waves of traffic, a restart, and a minute of samples for every counter: more than the
+# suite's default 120 s on a busy machine.
+pytestmark = pytest.mark.timeout(480)
+
 KEYS = {"search-team": "llmm-live-check-search-team-0001", "agents": "llmm-live-check-agents-0002"}
 MSGS: Any = [{"role": "user", "content": "hello there"}]
-RANGE_S = 300
+RANGE_S = 900  # the dashboards' time range: it starts before llmmeter does
 ALL = {"tenant": ".*", "model": ".*", "upstream": ".*", "nodes": "2", "budget": ".*"}
 ONE = {"tenant": ["search-team"], "model": ["kimi-k3.1-pro"], "upstream": ["moonshot"], "nodes": "2",
        "budget": ["probe"]}
@@ -66,6 +77,7 @@ self_hosted = true
 name = "moonshot"
 base_url = "{api.base_url}"
 api_key_env = "MOONSHOT_API_KEY"
+models = {json.dumps(API_MODELS)}
 
 [[tag]]
 name = "rag-search"
@@ -88,6 +100,13 @@ alert_at_pct = [10, 50]
 
 
 CALLS_PER_TENANT = 16  # what one drive() sends
+# What the API upstream routes: its priced models' series exist at 0 from start (mystery-model-9
+# has no price, so it is only routed).
+API_MODELS = ["kimi-*", "gpt-test", "claude-sonnet-4*", "text-embedding-test", "mystery-*"]
+# The families whose series the range panels read, for the wait below.
+COUNTERS = ("cost_usd", "tokens", "requests", "fees_usd", "tagged_cost_usd", "unpriced_requests", "reasoning_tokens",
+            "provider_cost_usd", "provider_costed_usd", "budget_overrun_usd")
+SPAN_S = 55  # every such series has this many seconds of samples before panels are compared
 
 
 def usage(**u: object) -> dict[str, str]:
@@ -149,6 +168,15 @@ def probe_budget(proxy: Served) -> None:
         oa.chat.completions.create(model="kimi-k3.1-pro", messages=MSGS, max_tokens=1_000_000)
 
 
+@dataclass
+class Restart:
+    at: float = 0.0  # wall clock when llmmeter came back, with Prometheus having seen it down
+    ids_before: frozenset[str] = frozenset()  # the ledger rows written before it
+
+
+RESTART = Restart()
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, Prometheus]]:
     """One stack for the module's tests: traffic and the 15 s month-to-date cache take a while."""
@@ -167,15 +195,31 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, Pr
         try:
             # Prometheus's service discovery takes a few seconds to hand over the target.
             wait_for(prom, 'up{job="llmmeter"} == 1', 30)
-            # Two waves, each seen by a scrape, so every counter has a visible increase and a rate.
+            # Two waves, each seen by a scrape, so every counter has a visible increase and a rate;
+            # between them llmmeter restarts (its counters start again) and Prometheus sees it down.
+            wave_calls = 2 * CALLS_PER_TENANT + 1
             for wave in (1, 2):
+                if wave == 2:
+                    # Refusals are one ledger record per minute and reason, written as the minute ends.
+                    assert len(proxy.rows(expect=wave_calls - 1)) >= wave_calls - 1
+                    proxy.stop()
+                    wait_for(prom, 'up{job="llmmeter"} == 0', 30)
+                    RESTART.ids_before = frozenset(r["id"] for r in proxy.rows())
+                    RESTART.at = time.time()
+                    proxy.start()
+                    wait_for(prom, 'up{job="llmmeter"} == 1', 30)
                 for tenant, key in KEYS.items():
                     drive(proxy, tenant, key)
                 httpx.post(proxy.base_url + "/chat/completions", json={"model": "kimi-k3.1-pro", "messages": MSGS},
                            headers={"authorization": "Bearer llmm-not-a-key"})
-                calls = wave * (2 * CALLS_PER_TENANT + 1)
-                wait_for(prom, f"sum(llmmeter_requests_total) >= {calls}", 30)
-            assert len(proxy.rows(expect=calls)) >= calls
+                try:
+                    wait_for(prom, f"sum(llmmeter_requests_total) >= {wave_calls}", 30)
+                except AssertionError:
+                    print("DEBUG wave", wave, prom.query("sum by (code, endpoint, model) (llmmeter_requests_total)"))
+                    print(proxy.output()[-3000:])
+                    raise
+            calls = 2 * wave_calls
+            assert sum(r["request_count"] for r in proxy.rows(expect=calls - 1)) >= calls - 1
             probe_budget(proxy)
             for expr in ("llmmeter_budget_overrun_usd_total > 0", "llmmeter_budget_rejections_total > 0",
                          'llmmeter_budget_alerts_total{threshold="50"} > 0'):
@@ -185,6 +229,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, Pr
             wait_for(prom, 'llmmeter:month_to_date_cost_usd{tenant="agents"} > 0', 40)
             for record in sorted({r["record"] for _, r in rules() if "record" in r}):
                 wait_for(prom, record, 20)
+            # increase() stretches a series' growth over its sampled span by up to ~1.6 scrape
+            # intervals (1.1 at the end, half of one at the start of a series born with a value):
+            # with every series sampled for SPAN_S seconds, that is under 3% (TOLERANCE).
+            for family in COUNTERS:
+                wait_for(prom, f"min(count_over_time(llmmeter_{family}_total[1m])) >= {SPAN_S}", 120)
             yield proxy, prom
         finally:
             prom.stop()
@@ -284,3 +333,92 @@ def test_month_to_date_in_prometheus_is_the_ledger(stack: tuple[Served, Promethe
     [limit] = prom.query('llmmeter_budget_limit_usd{budget="live-monthly"}')
     assert float(limit["value"][1]) == 1000
     assert used["search-team"] == pytest.approx(float(ledger["search-team"]) / 1000)
+
+
+# -- the dashboards against the ledger (promises.py) -----------------------------------------
+TOLERANCE = Decimal("0.03")  # increase()'s extrapolation, with SPAN_S seconds of samples (see the fixture)
+
+
+def legend(fmt: str, labels: dict[str, str]) -> str:
+    return re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: labels.get(m[1], ""), fmt)
+
+
+def panel_numbers(prom: Prometheus, panel: dict[str, Any], values: dict[str, Any], range_s: int,
+                  now: float) -> dict[str, Decimal]:
+    """The panel's instant numbers, by legend, as Grafana shows them."""
+    out: dict[str, Decimal] = {}
+    for t in panel["targets"]:
+        expr = interpolate(t["expr"], values, builtins_for(panel, range_s))
+        for s in prom.query(expr, now):
+            out[legend(t["legendFormat"], s["metric"])] = Decimal(s["value"][1])  # NaN and ±Inf kept
+    return out
+
+
+def books(proxy: Served, rows: list[dict[str, Any]], range_s: int, now: float) -> Books:
+    prices = proxy.tmp.parent / "prices"
+    book = PriceBook(load_dir(prices), {})
+    return Books(rows=rows, book=book, tenants=frozenset({"default", *KEYS}),
+                 tags=frozenset({"rag-search", "budget-probe"}), upstreams=frozenset({"moonshot", "selfhosted"}),
+                 range_s=range_s, now=datetime.fromtimestamp(now, UTC),
+                 selfhost_usd=Settings().selfhost.monthly_cost_usd(),
+                 budgets=lambda r: ["probe"] if r["tag"] == "budget-probe" else [])
+
+
+def test_every_total_on_the_dashboards_is_the_ledgers(stack: tuple[Served, Prometheus]) -> None:
+    """Money, tokens and calls in range, fees included, against the ledger's rows, within
+    increase()'s extrapolation; over a range that spans the restart (and, for calls, which
+    llmmeter cannot create in advance, one that starts after it: docs/metrics.md)."""
+    proxy, prom = stack
+    now = time.time()
+    rows = proxy.rows()
+    assert any(r["fee_units"] for r in rows) and any(r["cache_write_1h_tokens"] for r in rows)
+    assert any(r["cost_units"] is None for r in rows) and any(r["usage_source"] == "estimated" for r in rows)
+    after = [r for r in rows if r["id"] not in RESTART.ids_before]
+    assert RESTART.ids_before and after
+    since = int(now - RESTART.at)
+    wrong = []
+    for d in dashboards():
+        for p in panels(d):
+            promise = REGISTRY[p["title"]]
+            if not isinstance(promise, Ledger):
+                continue
+            range_s = since if promise.since_restart else RANGE_S
+            expect = promise.expect(books(proxy, after if promise.since_restart else rows, range_s, now))
+            got = panel_numbers(prom, p, ALL, range_s, now)
+            keys = set(expect) | {k for k, v in got.items() if v}
+            if "*" in expect:  # the parts are not in the ledger apart: their sum and the named ones are
+                got["*"], keys = sum(got.values(), Decimal(0)), set(expect)
+            for key in sorted(keys):
+                want, have = expect.get(key, Decimal(0)), got.get(key, Decimal(0))
+                if not have.is_finite() or abs(have - want) > TOLERANCE * abs(want) + Decimal("1e-9"):
+                    wrong.append(f"{d['title']} / {p['title']} [{key}]: dashboard {have:.6g}, ledger {want:.6g}")
+    assert wrong == []
+
+
+def test_error_share_is_zero_without_calls(stack: tuple[Served, Prometheus]) -> None:
+    _, prom = stack
+    [panel] = [p for d in dashboards() for p in panels(d) if p["title"] == "Error share"]
+    nobody = {**ALL, "tenant": ["nobody"]}
+    assert panel_numbers(prom, panel, nobody, RANGE_S, time.time()) == {"errors": Decimal(0)}
+
+
+def test_peak_to_offpeak_is_the_reports(stack: tuple[Served, Prometheus]) -> None:
+    """Hours without tokens count as 0, and 0 quiet hours make the ratio 0: as the report says."""
+    proxy, prom = stack
+    now = time.time()
+    month = datetime.fromtimestamp(now, UTC).strftime("%Y-%m")
+    r = proxy.cli("report", "--month", month, "--format", "json", "--db", proxy.db_url,
+                  "--config", str(proxy.tmp / "llmmeter.toml"))
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)["peak_to_offpeak_ratio"]
+    [panel] = [p for d in dashboards() for p in panels(d) if p["title"] == "Peak ÷ off-peak"]
+    assert panel_numbers(prom, panel, ALL, RANGE_S, now) == {"peak/off-peak": pytest.approx(Decimal(str(report)))}
+    [profile] = [p for d in dashboards() for p in panels(d) if p["title"] == "Hour-of-day profile (UTC)"]
+    hours = panel_numbers(prom, profile, ALL, RANGE_S, now)
+    assert sorted(hours) == [f"{h:02d}" for h in range(24)]
+
+
+def test_estimated_share_counts_calls_after_the_restart(stack: tuple[Served, Prometheus]) -> None:
+    _, prom = stack
+    [s] = prom.query('llmmeter:estimated_usage:ratio_rate30m{model="kimi-k3.1-pro"}')
+    assert float(s["value"][1]) > 0
