@@ -506,8 +506,15 @@ def latency() -> Board:
                  "alert threshold (5% for 10 minutes).",
                  [q(f"llmmeter:upstream_error:ratio_rate5m{{{U}}}", "{{upstream}}")], RATIO, limit_line=0.05)
     b.timeseries("Calls by outcome", "ok, upstream_http_error, upstream_unreachable, upstream_timeout, "
-                 "upstream_reset, client_closed (the client left mid-call) and rejected (no route).",
+                 "upstream_reset, upstream_empty (a 2xx stream with no event), client_closed (the client "
+                 "left mid-call) and rejected (refused by llmmeter).",
                  [q(f"sum by (outcome) (rate(llmmeter_requests_total{{{U}, {TM}}}[$__rate_interval]))", "{{outcome}}")],
+                 REQ_S, stack=True)
+
+    b.timeseries("Refusals before a key is known", "Per second, by reason: missing_key (no key sent) and "
+                 "unknown_key (a key no tenant holds). The ledger keeps one record per minute and reason for "
+                 "them, not one per request; a steady line is a misconfigured client or someone probing.",
+                 [q("sum by (reason) (rate(llmmeter_refusals_total[$__rate_interval]))", "{{reason}}")],
                  REQ_S, stack=True)
 
     b.row("Metering health")

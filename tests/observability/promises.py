@@ -246,6 +246,7 @@ WATCHES: dict[str, Watch] = {
     "Upstream failures by kind": Watch(RATE),
     "Upstream error ratio": Watch(RATE),
     "Calls by outcome": Watch(RATE),
+    "Refusals before a key is known": Watch(RATE),
     "Estimated-usage share": Watch(RATE + " (30 minutes and a day); above 0 after a restart (test_live.py)"),
     "Ledger backlog": Watch(GAUGE),
     "Metering faults and refused records": Watch("per hour, over a moving hour"),
