@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
@@ -69,6 +70,15 @@ def names_output_files(path: str) -> bool:
     return _OPENAI_BATCHES.match(path) is not None
 
 
+def json_object(body: bytes) -> dict[str, Any] | None:
+    """`body` as a JSON object; None when it is not JSON or not an object."""
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
 def creates_batch(method: str, path: str) -> str | None:
     """The dialect (OPENAI, ANTHROPIC) of a request that creates a batch, else None."""
     return _CREATE.get(path) if method == "POST" else None
@@ -76,11 +86,8 @@ def creates_batch(method: str, path: str) -> str | None:
 
 def created_batch(kind: str, body: bytes) -> str | None:
     """The id of the batch a creation answer describes; None for anything else."""
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(obj, dict):
+    obj = json_object(body)
+    if obj is None:
         return None
     key, value = _BATCH_OBJECT[kind]
     batch_id = obj.get("id")
@@ -92,11 +99,8 @@ def created_batch(kind: str, body: bytes) -> str | None:
 def output_files(body: bytes) -> list[tuple[str, str]]:
     """(batch id, file id) for each output_file_id and error_file_id an OpenAI batch object
     (or a page of them) names; [] for anything else."""
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return []
-    if not isinstance(obj, dict):
+    obj = json_object(body)
+    if obj is None:
         return []
     data = obj.get("data")
     items = [d for d in data if isinstance(d, dict)] if isinstance(data, list) else [obj]
@@ -114,11 +118,8 @@ def output_files(body: bytes) -> list[tuple[str, str]]:
 
 def is_batch_output(file_object: bytes) -> bool:
     """Whether the upstream's file object (`GET /v1/files/{id}`) says the provider wrote it for a batch."""
-    try:
-        obj = orjson.loads(file_object)
-    except orjson.JSONDecodeError:
-        return False
-    return isinstance(obj, dict) and obj.get("purpose") == "batch_output"
+    obj = json_object(file_object)
+    return obj is not None and obj.get("purpose") == "batch_output"
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,11 +202,8 @@ def read_line(kind: str, line: bytes) -> Result | str | None:
         line = line[:-1]
     if not line.strip():
         return None
-    try:
-        obj = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return INVALID
-    if not isinstance(obj, dict):
+    obj = json_object(line)
+    if obj is None:
         return INVALID
     custom_id = obj.get("custom_id")
     if not isinstance(custom_id, str) or not custom_id:
@@ -219,11 +217,8 @@ def is_result_file(first_line: bytes) -> bool:
     """Whether an OpenAI file's first line is a batch result: a file's content may be anything
     (an upload, a batch's input, a fine-tuning set), and one that is not is read no further.
     (Anthropic's results path says what it carries: a bad line there is a fault, not a reason to stop.)"""
-    try:
-        obj = orjson.loads(first_line[:-1] if first_line.endswith(b"\r") else first_line)
-    except orjson.JSONDecodeError:
-        return False
-    return isinstance(obj, dict) and "custom_id" in obj and ("response" in obj or "error" in obj)
+    obj = json_object(first_line[:-1] if first_line.endswith(b"\r") else first_line)
+    return obj is not None and "custom_id" in obj and ("response" in obj or "error" in obj)
 
 
 def _openai(custom_id: str, obj: dict[str, object], line: bytes) -> Result | str:

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from proxy.metering.meter import Exchange, Meter
-from proxy.protocol.batch import ANTHROPIC, INVALID, Download, Lines, Result, is_result_file, read_line
+from proxy.protocol.batch import ANTHROPIC, INVALID, Download, Lines, Result, is_result_file, json_object, read_line
 from proxy.protocol.names import BATCH
 from proxy.relay.decode import Decoder, decoder_for
 
@@ -234,11 +234,8 @@ def named_here(body: bytes, coding: str, public_url: str) -> bytes | None:
         decoder.close()
         if decoder.failed:
             return None
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(obj, dict):
+    obj = json_object(body)
+    if obj is None:
         return None
     items = [obj]
     data = obj.get("data")
