@@ -10,7 +10,7 @@ import os
 import secrets
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -25,6 +25,7 @@ from proxy.prices_in_use import tables_in_use
 if TYPE_CHECKING:
     from proxy.export import Output
     from proxy.ledger import Ledger
+    from proxy.ledger.record import Record
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -74,6 +75,7 @@ TO_HELP = "end, exclusive: YYYY-MM-DD (midnight in --tz) or an RFC 3339 time; al
 TZ_HELP = "IANA time zone for dates, days and hours, e.g. America/Sao_Paulo (default: %(default)s)"
 TENANT_HELP = "only this tenant's requests (default: every tenant)"
 FORMAT_HELP = "output format, one of %(choices)s (default: %(default)s)"
+EXPORT_FORMAT_HELP = FORMAT_HELP + "; focus: FOCUS 1.2 cost and usage rows, one per UTC day and charge"
 OUT_HELP = "write to this file (default: standard output)"
 
 
@@ -100,10 +102,11 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--to", dest="end", required=True, metavar="WHEN", help=TO_HELP)
     export.add_argument("--tz", default="UTC", metavar="ZONE", help=TZ_HELP)
     export.add_argument("--tenant", help=TENANT_HELP)
-    export.add_argument("--format", choices=("csv", "jsonl"), default="csv", help=FORMAT_HELP)
+    export.add_argument("--format", choices=("csv", "jsonl", "focus"), default="csv", help=EXPORT_FORMAT_HELP)
     export.add_argument("--out", type=Path, metavar="FILE", help=OUT_HELP)
     export.add_argument("--db", metavar="URL", help=DB_HELP)
     export.add_argument("--config", type=Path, help=CONFIG_HELP)
+    export.add_argument("--prices", type=Path, metavar="DIR", help=PRICES_HELP)
     export.set_defaults(run=_export)
 
     report = sub.add_parser("report", help="the monthly usage report")
@@ -269,12 +272,14 @@ def _export(args: argparse.Namespace) -> int:
     start, end = parse_when(args.start, tz), parse_when(args.end, tz)
     if end <= start:
         raise ConfigError("--to must be after --from (it is exclusive)")
-    s = _settings(args, db=args.db)
+    s = _settings(args, db=args.db, prices=args.prices)
     ledger = Ledger(s.ledger_url, s.journal_dir, s.fsync, read_only=True)  # no import, no migration
     output = _output(args.out, ledger)
     ledger.start()
     try:
         rows = ledger.rows(start, end, args.tenant)
+        if args.format == "focus":
+            return _focus(rows, s, start, end, output)
         if output is None:
             write_export(rows, args.format, sys.stdout)
             return 0
@@ -285,6 +290,19 @@ def _export(args: argparse.Namespace) -> int:
         return 0
     finally:
         ledger.close()
+
+
+def _focus(rows: Iterable[Record], s: config.Settings, start: datetime, end: datetime, output: Output | None) -> int:
+    """FOCUS rows need the price entries the records were priced at (list prices, SKU price ids)."""
+    from proxy.focus import write_focus
+
+    book = PriceBook(load_dir(s.prices_dir or default_tables_dir()), dict(s.tier_aliases))
+    if output is None:
+        write_focus(rows, book, start, end, sys.stdout)
+        return 0
+    with output.open() as out:
+        write_focus(rows, book, start, end, out)
+    return 0
 
 
 def _report(args: argparse.Namespace) -> int:
