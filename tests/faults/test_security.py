@@ -137,7 +137,7 @@ def test_a_client_cannot_choose_the_upstream_host(fake: FakeUpstream, evil: Fake
 
 @pytest.mark.parametrize("path", [
     "/v1/models/caf%C3%A9", "/v1/models/a%20b", "/v1/models%3Fx=1", "/v1/models/a%2Fb", "/v1/models/a%00b",
-    "/v1/models/a%0D%0AX-Injected:%20yes", "/v1/models%20HTTP/1.1%0D%0AHost:%20evil%0D%0A%0D%0AGET%20/v1/x",
+    "/v1/models/a%0D%0AX-Injected:%20yes",
 ])
 def test_encoded_paths_travel_as_sent_and_cannot_split_the_request(path: str, fake: FakeUpstream,
                                                                    serve: Any) -> None:
@@ -149,6 +149,15 @@ def test_encoded_paths_travel_as_sent_and_cannot_split_the_request(path: str, fa
     assert "x-injected" not in seen["headers"] and seen["headers"]["host"] == f"127.0.0.1:{fake.port}"
     [row] = proxy.rows(expect=1)
     assert (row["endpoint"], row["code"]) == ("other", 404)
+
+
+def test_a_path_that_names_a_known_one_once_cut_at_a_space_is_refused(fake: FakeUpstream, serve: Any) -> None:
+    """Cut at its encoded space, this path is /v1/models followed by a second request: ambiguous,
+    so it is refused, and nothing goes upstream."""
+    proxy = serve(upstream=fake.base_url)
+    res = raw_http(proxy.port, get("/v1/models%20HTTP/1.1%0D%0AHost:%20evil%0D%0A%0D%0AGET%20/v1/x?q=%20x"))
+    assert status_of(res) == 400 and b"invalid_path" in res, res[:300]
+    assert not fake.requests
 
 
 # --- secrets stay out of logs ------------------------------------------------------------

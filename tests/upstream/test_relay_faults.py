@@ -178,6 +178,8 @@ def test_a_length_delimited_body_is_relayed_as_it_arrives(rogue: Rogue, serve: A
     waited: list[bool] = []
 
     def parts(req: Request, conn: Conn) -> bool:
+        if not req.path.endswith("/content"):  # the file object llmmeter asks for first: not a batch's output
+            return answer(body=b'{"id": "f1", "object": "file", "purpose": "user_data"}')(req, conn)
         conn.send(b"HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\ncontent-length: 8\r\n\r\nfirst")
         waited.append(got_first.wait(WAIT))
         conn.send(b"end")
