@@ -125,7 +125,11 @@ class Meter:
             # Read here, on the loop: the tap that holds the text is the loop's.
             text = "" if ex.endpoint == "embeddings" and observed.usage is None else completion_text()
             # Looked up here, on the loop: the count itself may run in a thread.
-            overhead = self.calibration.estimated(_key(ex, observed)) if observed.usage is None else None
+            # Learning costs a count of every reported call's prompt (a sample, once the window is
+            # full): only for an upstream that answered whole without usage (llama.cpp's streams),
+            # not one whose client merely left.
+            overhead = (self.calibration.estimated(_key(ex, observed), learn=ex.outcome == "ok")
+                        if observed.usage is None else None)
             usage = await self.estimator.settle(model, self._estimate(ex, observed, model, text, overhead))
             source = "estimated"
         return self.record(ex, observed, usage, source)

@@ -35,3 +35,14 @@ def test_memory_is_bounded_least_recently_used_first() -> None:
         c.estimated(("u", f"m{i}", "chat"))
     assert not c.wants(("u", "m0", "chat")) and c.wants(("u", f"m{MAX_KEYS + 9}", "chat"))
     assert len(c._diffs) == MAX_KEYS
+
+
+def test_an_estimate_after_a_departure_starts_no_learning() -> None:
+    """A hosted API that always reports usage, whose clients sometimes leave mid-stream: its
+    reported calls are never counted (that count cost a thread hop on every eighth call)."""
+    c = Calibration()
+    key = ("moonshot", "kimi-k3.1-pro", "chat")
+    assert c.estimated(key, learn=False) is None
+    assert not c.wants(key)
+    c.estimated(key)  # an answer that came whole without usage: now it learns
+    assert c.wants(key)

@@ -19,7 +19,7 @@ from statistics import median_low
 WINDOW = 32  # reported calls kept per upstream, model and endpoint
 MIN_SAMPLES = 3  # an overhead learnt from fewer is not applied
 MAX_KEYS = 512  # upstream, model and endpoint triples remembered
-SAMPLE_EVERY = 8  # once a window is full, one reported call in this many keeps it current
+SAMPLE_EVERY = 64  # once a window is full, one reported call in this many keeps it current
 CALIBRATED = "estimate_calibrated"
 
 Key = tuple[str, str, str]  # upstream, model, endpoint
@@ -49,11 +49,13 @@ class Calibration:
         n = self._seen[key] = self._seen.get(key, 0) + 1
         return n % SAMPLE_EVERY == 0
 
-    def estimated(self, key: Key) -> Overhead | None:
-        """An estimate of `key` is being made: remember to learn from its reported calls, and
-        return the overhead to add, if enough is known."""
+    def estimated(self, key: Key, learn: bool = True) -> Overhead | None:
+        """An estimate of `key` is being made: remember to learn from its reported calls (with
+        `learn`), and return the overhead to add, if enough is known."""
         diffs = self._diffs.get(key)
         if diffs is None:
+            if not learn:
+                return None
             diffs = self._diffs[key] = deque(maxlen=self.window)
             while len(self._diffs) > self.max_keys:
                 old, _ = self._diffs.popitem(last=False)
