@@ -2,9 +2,10 @@
 
     python bench/hostile_bodies.py [--mb 30] [--out bench/results/hostile_bodies.json]
 
-Starts the fake upstream (tests/fake_upstream.py) and `llmmeter serve` with a fresh SQLite
-ledger, then, one case at a time, sends a body within the size limits while a probe client
-makes small chat calls back to back on its own connection, and samples llmmeter's RSS every
+Starts two fake upstreams (tests/fake_upstream.py; the probe's calls go to the second, so a
+stall of the first never shows as llmmeter's) and `llmmeter serve` with a fresh SQLite ledger,
+then, one case at a time, sends a body within the size limits while a probe client makes
+small chat calls back to back on its own connection, and samples llmmeter's RSS every
 10 ms. For each case: the peak RSS above the idle process, and the probe's worst latency and
 p99 while the case ran, beside its p50 at rest (SECURITY.md: "a prompt cannot stall the
 relay"; target: ≤ 300 MiB added and ≤ 100 ms added to other clients).
@@ -36,7 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from relay import ROOT, free_port, rss_mb, wait_up
 
 MODEL = "kimi-k3.1-pro"
-PROBE = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}).encode()
+# The probe's model is routed to an upstream of its own, so what it measures is llmmeter's loop,
+# not the fake upstream's (which builds and parses the same huge bodies on one loop).
+PROBE = json.dumps({"model": "probe-model", "messages": [{"role": "user", "content": "hi"}]}).encode()
 
 
 def bodies(mb: int) -> dict[str, tuple[str, bytes, dict[str, str], int]]:
@@ -128,14 +131,19 @@ def main() -> None:
     import subprocess
 
     tmp = Path(tempfile.mkdtemp(prefix="llmmeter-hostile-"))
-    up_port, port = free_port(), free_port()
-    up = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fake_upstream.py"), "--port", str(up_port),
-                           ], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    proxy = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--port", str(port), "--upstream",
-                              f"http://127.0.0.1:{up_port}/v1", "--db", str(tmp / "ledger.db")],
+    up_port, probe_port, port = free_port(), free_port(), free_port()
+    ups = [subprocess.Popen([sys.executable, str(ROOT / "tests" / "fake_upstream.py"), "--port", str(p)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for p in (up_port, probe_port)]
+    config = tmp / "llmmeter.toml"
+    config.write_text(f'[[upstream]]\nname = "hostile"\nbase_url = "http://127.0.0.1:{up_port}/v1"\n\n'
+                      f'[[upstream]]\nname = "probe"\nbase_url = "http://127.0.0.1:{probe_port}/v1"\n'
+                      'models = ["probe-*"]\n')
+    proxy = subprocess.Popen([sys.executable, "-m", "proxy", "serve", "--port", str(port), "--config", str(config),
+                              "--db", str(tmp / "ledger.db")],
                              cwd=tmp, stdout=subprocess.DEVNULL, stderr=(tmp / "llmmeter.log").open("wb"))
     try:
-        wait_up(up_port, up)
+        for p, proc in zip((up_port, probe_port), ups, strict=True):
+            wait_up(p, proc)
         wait_up(port, proxy)
         for _ in range(50):
             post(port, "/v1/chat/completions", PROBE, {})
@@ -157,9 +165,9 @@ def main() -> None:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text(json.dumps(results, indent=2) + "\n")
     finally:
-        for p in (proxy, up):
-            p.terminate()
-            p.wait(30)
+        for proc in (proxy, *ups):
+            proc.terminate()
+            proc.wait(30)
 
 
 if __name__ == "__main__":
