@@ -67,7 +67,8 @@ class _Fields:
     def modalities(self, *details: object) -> None:
         """Flag audio and image tokens counted in any of the `details` objects (a 0 is no such token)."""
         for key, flag in _MODALITIES:
-            if any(self.get(d, key) for d in details) and flag not in self.flags:
+            # Every field is read (no short cut): a malformed one after a counted one is flagged too.
+            if any([self.get(d, key) for d in details]) and flag not in self.flags:
                 self.flags.append(flag)
 
     def input_after_cache(self, total: int, cache_read: int, cache_write: int) -> int:

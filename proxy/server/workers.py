@@ -20,6 +20,7 @@ from typing import Any
 
 FLAGS_ENV = "LLMMETER_SERVE_FLAGS"
 METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+WORKER_HEALTHCHECK_S = 30
 
 
 def run(config_path: Path | None, flags: Mapping[str, object], workers: int, options: dict[str, Any]) -> None:
@@ -40,7 +41,11 @@ def run(config_path: Path | None, flags: Mapping[str, object], workers: int, opt
         "flags": {k: str(v) if isinstance(v, Path) else v for k, v in flags.items()},
     })
     try:
-        uvicorn.run("proxy.server.workers:worker_app", factory=True, workers=workers, **options)
+        # uvicorn kills a worker that leaves its supervisor's ping unanswered for 5 s, and with it every
+        # request in flight (clients see their connections reset, streams cut, usage unseen). A worker
+        # on a loaded machine can be that slow without being hung: wait as long as Gunicorn does.
+        uvicorn.run("proxy.server.workers:worker_app", factory=True, workers=workers,
+                    timeout_worker_healthcheck=WORKER_HEALTHCHECK_S, **options)
     finally:
         if own_dir is not None:
             shutil.rmtree(own_dir, ignore_errors=True)

@@ -14,6 +14,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import openai
 from openai import OpenAI
 from prometheus_client.mmap_dict import MmapedDict
 
@@ -51,7 +52,10 @@ def test_two_workers_count_every_request_once(fake: FakeUpstream, serve: Any, tm
     sent = 0
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         while sent < 400:
-            list(pool.map(lambda _: _one(proxy.base_url), range(40)))
+            try:
+                list(pool.map(lambda _: _one(proxy.base_url), range(40)))
+            except openai.APIConnectionError as e:  # the servers' own account says why
+                raise AssertionError(f"{e!r} ({e.__cause__!r}); llmmeter's log:\n{proxy.output()}") from e
             sent += 40
             served = [pid for pid, n in _requests_by_pid(metrics_dir).items() if n > 0]
             if len(served) >= 2:
