@@ -27,6 +27,7 @@ from proxy.ledger.layout import default_replica
 from proxy.metering.estimate.estimator import Estimator
 from proxy.metering.meter import Meter
 from proxy.metering.refusals import Refusals
+from proxy.metrics.listener import MetricsListener
 from proxy.metrics.metrics import Metrics
 from proxy.relay.handler import Receive, Relay, Scope, Send
 from proxy.relay.provenance import BatchFiles
@@ -84,7 +85,9 @@ class LLMMeter:
         self.relay = Relay(s, Router(s.upstreams), self.upstreams, meter, parts.metrics,
                            pending=lambda: parts.ledger.pending, budgets=parts.budgets, refusals=self.refusals,
                            files=BatchFiles(parts.ledger.store))
-        self.admin = _admin_app(parts)
+        # With metrics_bind, /metrics is served only on its own listener (proxy/metrics/listener.py).
+        self.admin = _admin_app(parts, serve_metrics=s.metrics_bind is None)
+        self.metrics_listener: MetricsListener | None = None
         # What the serving protocol (proxy/server/protocol.py) takes from the app it serves.
         self.server_limits = ServerLimits.from_settings(s)
         # Journals the turn's records before its bytes leave; holds nothing until startup binds the group.
@@ -112,6 +115,10 @@ class LLMMeter:
                     self.relay.loop = loop
                     if self.parts.budgets is not None:
                         self.parts.budgets.start(loop)
+                    if (bind := self.parts.settings.metrics_bind) is not None:
+                        self.metrics_listener = MetricsListener(_admin_app(self.parts, serve_metrics=True), *bind,
+                                                                shared=self.parts.settings.workers > 1)
+                        await self.metrics_listener.start()
                     for line in startup_lines(self.parts.settings, self.parts.book, self.parts.ledger.journal_dir):
                         log.info("%s", line)
                     for line in startup_warnings(self.parts.settings):
@@ -121,6 +128,8 @@ class LLMMeter:
                     return
                 await send({"type": "lifespan.startup.complete"})
             elif msg["type"] == "lifespan.shutdown":
+                if self.metrics_listener is not None:
+                    await self.metrics_listener.stop()
                 if self.parts.budgets is not None:
                     await self.parts.budgets.stop()
                 self.upstreams.close()
@@ -137,7 +146,7 @@ def create_app(settings: Settings, registry: CollectorRegistry | None = None) ->
     return LLMMeter(build_parts(settings, registry))
 
 
-def _admin_app(parts: Parts) -> FastAPI:
+def _admin_app(parts: Parts, serve_metrics: bool) -> FastAPI:
     app = FastAPI(title="llmmeter", docs_url=None, redoc_url=None, openapi_url=None)
     token = parts.settings.metrics_token
 
@@ -161,6 +170,9 @@ def _admin_app(parts: Parts) -> FastAPI:
 
     @app.get("/metrics")
     async def metrics(request: Request) -> Response:
+        if not serve_metrics:
+            return JSONResponse({"error": {"message": "/metrics is served on server.metrics_bind's address only",
+                                           "type": "not_found", "code": "metrics_elsewhere"}}, status_code=404)
         if token is not None:
             auth = request.headers.get("authorization", "")
             if not hmac.compare_digest(auth.encode(), f"Bearer {token}".encode()):

@@ -162,6 +162,7 @@ class Settings:
     public_url: str | None = None  # the address clients use, where llmmeter must name itself
     max_connections_per_tenant: int | None = None  # None: max_connections ÷ 2 when tenants are configured
     metrics_token: str | None = field(default=None, repr=False)
+    metrics_bind: tuple[str, int] | None = None  # (host, port): /metrics on a listener of its own
     ledger_url: str = "sqlite:///data/llmmeter.db"
     journal_dir: Path | None = None
     fsync: bool = False
@@ -197,7 +198,7 @@ _SCHEMA: dict[str, set[str]] = {
     "server": {"host", "port", "max_body_mb", "connect_timeout_s", "read_timeout_s",
                "metrics_token", "workers", "head_timeout_s", "body_timeout_s", "idle_timeout_s",
                "send_timeout_s", "max_decompressed_mb", "public_url", "max_pipelined_requests",
-               "max_connections_per_tenant"},
+               "max_connections_per_tenant", "metrics_bind"},
     "ledger": {"url", "journal_dir", "fsync"},
     "pricing": {"dir"},
     "workloads": {"medium", "long", "very_long"},
@@ -224,11 +225,13 @@ MAX_BUDGET_USD = Decimal(10**7)  # 10^17 units: below any reservation cap, a lea
 BUDGET_MODES = ("alert", "enforce")
 # Flags (by their override name) and the variables that stand for the same setting.
 _ENV: dict[str, str] = {"host": "LLMMETER_HOST", "port": "LLMMETER_PORT", "workers": "LLMMETER_WORKERS",
-                        "metrics_token": "LLMMETER_METRICS_TOKEN", "db": "LLMMETER_DB",
+                        "metrics_token": "LLMMETER_METRICS_TOKEN",
+                        "metrics_bind": "LLMMETER_METRICS_BIND", "db": "LLMMETER_DB",
                         "prices": "LLMMETER_PRICES", "upstream": "LLMMETER_UPSTREAM"}
 _TARGETS: dict[str, tuple[str, str]] = {"host": ("server", "host"), "port": ("server", "port"),
                                         "workers": ("server", "workers"),
-                                        "metrics_token": ("server", "metrics_token"), "db": ("ledger", "url"),
+                                        "metrics_token": ("server", "metrics_token"),
+                                        "metrics_bind": ("server", "metrics_bind"), "db": ("ledger", "url"),
                                         "prices": ("pricing", "dir")}
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}\Z")  # \Z: "$" would let a final newline in
 # Metric label values llmmeter itself uses: the global budget gauge, the overflow of
@@ -450,6 +453,7 @@ def _build(raw: dict[str, Any], src: _Source, origins: Mapping[tuple[str, str | 
         max_connections_per_tenant=c.int_("server", server, "max_connections_per_tenant", 1, lo=1, hi=100_000)
         if "max_connections_per_tenant" in server else None,
         metrics_token=_metrics_token(c, server),
+        metrics_bind=_metrics_bind(c, server),
         ledger_url=_ledger_url(c, ledger),
         journal_dir=_opt_path(c.opt_str("ledger", ledger, "journal_dir")),
         fsync=c.bool_("ledger", ledger, "fsync", False),
@@ -471,6 +475,9 @@ def _build(raw: dict[str, Any], src: _Source, origins: Mapping[tuple[str, str | 
         # Each worker would admit against its own view of a SQLite ledger (SPEC "Budgets (enforced)").
         c.fail("server", "workers", 0, "an enforced [[budget]] needs one process on a SQLite ledger: set "
                "workers = 1, or use a PostgreSQL ledger for several")
+    if s.metrics_bind is not None and s.metrics_bind[1] == s.port:
+        c.fail("server", "metrics_bind", 0, f"metrics_bind's port {s.port} is the port llmmeter serves "
+               "/v1 on: give /metrics a port of its own")
     if errors:
         raise ConfigError("\n".join(errors))
     return s
@@ -764,6 +771,19 @@ def _metrics_token(c: _Checker, server: Mapping[str, Any]) -> str | None:
                "(what a client sends in its Authorization header)")
         return None
     return token
+
+
+def _metrics_bind(c: _Checker, server: Mapping[str, Any]) -> tuple[str, int] | None:
+    """`host:port` (an IPv6 host in brackets: `[::1]:9464`)."""
+    value = c.opt_str("server", server, "metrics_bind")
+    if value is None:
+        return None
+    m = re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.\-]+):([0-9]{1,5})", value)
+    if m is None or not 1 <= int(m[2]) <= 65535:
+        c.fail("server", "metrics_bind", 0, f"metrics_bind {value!r} must be host:port, e.g. "
+               "\"127.0.0.1:9464\" or \"[::1]:9464\"")
+        return None
+    return m[1].strip("[]"), int(m[2])
 
 
 def _tier_aliases(c: _Checker, items: list[dict[str, Any]]) -> tuple[tuple[str, str], ...]:

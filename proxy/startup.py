@@ -18,6 +18,9 @@ def startup_lines(settings: Settings, book: PriceBook, journal_dir: Path, now: d
     s = settings
     workers = f", {s.workers} workers" if s.workers > 1 else ""
     yield f"listening on http://{s.host}:{s.port}{workers}"
+    if s.metrics_bind is not None:
+        host, port = s.metrics_bind
+        yield f"/metrics on http://{'[' + host + ']' if ':' in host else host}:{port}/metrics only"
     for up in s.upstreams:
         models = ", ".join(up.models) if up.models else "every model no other upstream claims"
         via = f", via {without_credentials(up.proxy)}" if up.proxy and up.proxy != "none" else ""

@@ -440,3 +440,19 @@ def test_a_tenants_share_of_an_upstreams_connections(tmp_path: Path) -> None:
     assert [capped.tenant_share(u) for u in capped.upstreams] == [6, 1]  # never above max_connections
     with pytest.raises(ConfigError, match="max_connections_per_tenant"):
         load(write(tmp_path, "[server]\nmax_connections_per_tenant = 0\n" + upstreams), env={})
+
+
+def test_metrics_bind_is_host_and_port(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    for value, expected in (("127.0.0.1:9464", ("127.0.0.1", 9464)), ("[::1]:9464", ("::1", 9464)),
+                            ("localhost:1", ("localhost", 1))):
+        cfg.write_text(f'[server]\nmetrics_bind = "{value}"\n')
+        assert load(cfg, env={}).metrics_bind == expected
+    assert load(cfg, env={"LLMMETER_METRICS_BIND": "127.0.0.2:9000"}).metrics_bind == ("127.0.0.2", 9000)
+    for bad in ("9464", "127.0.0.1:", "127.0.0.1:70000", "127.0.0.1:0", "::1:9464", "http://127.0.0.1:9464"):
+        cfg.write_text(f'[server]\nmetrics_bind = "{bad}"\n')
+        with pytest.raises(ConfigError, match=r"c\.toml:2: .*metrics_bind .*must be host:port"):
+            load(cfg, env={})
+    cfg.write_text('[server]\nport = 9464\nmetrics_bind = "127.0.0.1:9464"\n')
+    with pytest.raises(ConfigError, match="a port of its own"):
+        load(cfg, env={})
