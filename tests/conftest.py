@@ -2,18 +2,29 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from pricing import default_tables_dir
 from tests.fake_upstream import FakeUpstream
 from tests.serve import Served
+from tests.strict import STRICT_ENV
 
 DATA = Path(__file__).parent / "data"
+
+# Property tests explore new inputs on every run where people develop. A run that must prove
+# what is submitted (LLMMETER_STRICT_TESTS=1, as in CI) draws the same examples every time, so
+# it passes or fails on the code alone; inputs a random run found stay as @example cases.
+# Loaded here, before test modules build their own settings objects on top of it.
+settings.register_profile("strict", derandomize=True, database=None)
+if os.environ.get(STRICT_ENV) == "1":
+    settings.load_profile("strict")
 pytest_plugins = ("tests.pg",)  # pg_cluster, pg_url, ledger_db: a real PostgreSQL for the tests
 
 
