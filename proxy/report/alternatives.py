@@ -1,0 +1,119 @@
+"""The same model at other providers (SPEC "Self-hosting, version 2" → `alternatives`).
+
+The month's traffic of a model, category by category, priced as genai-prices' own
+`calc_price` prices it for each equivalent provider model, at the end of the month. The
+calculation is genai-prices', not llmmeter's: its Usage counts every input-side token in
+`input_tokens` and prices cache reads and writes inside it where the provider has a price
+for them. A category with tokens that the provider does not price is named in
+`missing_categories` (genai-prices then charges it at the provider's input price; it is
+never guessed here). genai-prices is the optional `llmmeter[prices]` extra: without it the
+section says so and holds no rows.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any
+
+# SPEC: `provider_id:model`, model as calc_price matches it for that provider (genai-prices 0.2.5).
+DEFAULT_EQUIVALENTS: Mapping[str, tuple[str, ...]] = {
+    "kimi-k3.1-pro": (
+        "fireworks:accounts/fireworks/models/kimi-k3p1-pro",
+        "together:moonshotai/Kimi-K3.1-Pro",
+        "novita:moonshotai/kimi-k3.1-pro",
+        "modal:moonshotai/Kimi-K3.1-Pro",
+        "doubleword:moonshotai/Kimi-K3.1-Pro",
+        "openrouter:moonshotai/kimi-k3.1-pro",
+        "quicksilverpro:kimi-k3.1-pro",
+        "aws:global.moonshotai.kimi-k3.1",
+    ),
+}
+# The four billing categories (SPEC), with the genai-prices price field each needs.
+_CATEGORIES = (("input", "input_mtok"), ("cache_read", "cache_read_mtok"),
+               ("cache_write", "cache_write_mtok"), ("output", "output_mtok"))
+
+
+@dataclass(frozen=True, slots=True)
+class Tokens:
+    """A month's tokens of one model: uncached input, cache reads, cache writes (both lifetimes), output."""
+
+    input: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    output: int = 0
+
+    def __add__(self, other: Tokens) -> Tokens:
+        return Tokens(self.input + other.input, self.cache_read + other.cache_read,
+                      self.cache_write + other.cache_write, self.output + other.output)
+
+
+@dataclass(frozen=True, slots=True)
+class Alternative:
+    provider: str
+    provider_model: str
+    cost_usd: Decimal | None  # None: genai-prices could not price it (see `problem`)
+    missing_categories: tuple[str, ...]
+    price_date: date | None  # the start of the price in force, where genai-prices dates it
+    problem: str | None = None
+
+
+def parse_equivalent(entry: str) -> tuple[str, str]:
+    """`provider_id:model` → (provider_id, model); the model may itself hold colons."""
+    provider, sep, model = entry.partition(":")
+    if not sep or not provider or not model:
+        raise ValueError(f"{entry!r} is not provider_id:model (e.g. \"together:moonshotai/Kimi-K3.1-Pro\")")
+    return provider, model
+
+
+def price_alternatives(tokens: Tokens, entries: Iterable[str], at: datetime) -> list[Alternative]:
+    """Each equivalent priced for `tokens` at `at`, cheapest first; unpriceable ones last."""
+    try:
+        import genai_prices
+    except ImportError:
+        return []
+    usage = genai_prices.Usage(input_tokens=tokens.input + tokens.cache_read + tokens.cache_write,
+                               cache_read_tokens=tokens.cache_read, cache_write_tokens=tokens.cache_write,
+                               output_tokens=tokens.output)
+    out = [_one(genai_prices, usage, tokens, *parse_equivalent(e), at) for e in entries]
+    return sorted(out, key=lambda a: (a.cost_usd is None, a.cost_usd or 0, a.provider))
+
+
+def available() -> bool:
+    try:
+        import genai_prices  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _one(genai_prices: Any, usage: Any, tokens: Tokens, provider: str, model: str, at: datetime) -> Alternative:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # genai-prices warns on keys it does not price: reported below
+            found = genai_prices.calc_price(usage, model, provider_id=provider, genai_request_timestamp=at)
+    except LookupError as e:
+        return Alternative(provider, model, None, (), None, f"genai-prices has no such model: {e}")
+    price = found.model_price
+    missing = tuple(name for name, field in _CATEGORIES
+                    if getattr(tokens, name) and getattr(price, field, None) is None)
+    return Alternative(provider, model, Decimal(found.total_price), missing, _start_date(found.model, at))
+
+
+def _start_date(model: Any, at: datetime) -> date | None:
+    """The start of the dated price in force at `at`; None where the model has one undated price."""
+    prices: Sequence[Any] | Any = model.prices
+    if not isinstance(prices, list):
+        return None
+    best: date | None = None
+    for conditional in prices:
+        start = getattr(getattr(conditional, "constraint", None), "start_date", None)
+        if start is None:
+            continue
+        day = start.date() if isinstance(start, datetime) else start
+        if day <= at.date() and (best is None or day > best):
+            best = day
+    return best

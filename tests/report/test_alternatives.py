@@ -1,0 +1,68 @@
+"""The same model at other providers: every shipped equivalent resolves in genai-prices, and
+each cost equals the provider's published per-million prices applied by hand to the month's
+categories (an independent computation: the price fields, not calc_price)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+
+import pytest
+
+from proxy.report.alternatives import DEFAULT_EQUIVALENTS, Tokens, available, parse_equivalent, price_alternatives
+from tests.strict import require
+
+AT = datetime(2026, 11, 30, 23, 59, tzinfo=UTC)
+MONTH = Tokens(input=3_000_000, cache_read=40_000_000, cache_write=2_000_000, output=1_500_000)
+
+
+def _published(provider: str, model: str) -> dict[str, Decimal | None]:
+    from genai_prices import data
+
+    for p in data.providers:
+        if p.id == provider:
+            for m in p.models:
+                price = m.prices
+                if not isinstance(price, list) and m.match.is_match(model):
+                    return {f: getattr(price, f) for f in ("input_mtok", "cache_read_mtok", "cache_write_mtok",
+                                                           "output_mtok")}
+    raise AssertionError(f"{provider}:{model} not in genai-prices' data")
+
+
+def test_every_shipped_equivalent_is_priced_as_its_published_prices() -> None:
+    require(available(), "genai-prices (llmmeter[prices]) is not installed")
+    entries = DEFAULT_EQUIVALENTS["kimi-k3.1-pro"]
+    got = price_alternatives(MONTH, entries, AT)
+    assert len(got) == len(entries) and all(a.problem is None for a in got), got
+    for a in got:
+        p = _published(a.provider, a.provider_model)
+        write_rate = p["cache_write_mtok"] if p["cache_write_mtok"] is not None else p["input_mtok"]
+        assert p["input_mtok"] is not None and p["output_mtok"] is not None and p["cache_read_mtok"] is not None
+        expected = (MONTH.input * p["input_mtok"] + MONTH.cache_read * p["cache_read_mtok"]
+                    + MONTH.cache_write * write_rate + MONTH.output * p["output_mtok"]) / 10**6
+        assert a.cost_usd == expected, (a, expected)
+        assert a.missing_categories == (() if p["cache_write_mtok"] is not None else ("cache_write",))
+    costs = [a.cost_usd for a in got]
+    assert costs == sorted(costs)  # cheapest first
+    # AWS charges twice the list price and prices cache writes; the rest list Moonshot's own prices.
+    assert got[-1].provider == "aws" and got[-1].missing_categories == ()
+
+
+def test_a_category_without_traffic_is_not_missing() -> None:
+    require(available(), "genai-prices (llmmeter[prices]) is not installed")
+    (a,) = price_alternatives(Tokens(input=10, output=5), ["together:moonshotai/Kimi-K3.1-Pro"], AT)
+    assert a.missing_categories == () and a.cost_usd == (10 * Decimal(2) + 5 * Decimal(10)) / 10**6
+
+
+def test_an_unknown_model_is_named_not_priced() -> None:
+    require(available(), "genai-prices (llmmeter[prices]) is not installed")
+    got = price_alternatives(MONTH, ["together:moonshotai/Kimi-K3.1-Pro", "fireworks:kimi-k3p1-pro"], AT)
+    assert got[0].cost_usd is not None and got[1].cost_usd is None
+    assert got[1].problem is not None and "fireworks" in got[1].problem
+
+
+@pytest.mark.parametrize("bad", ["together", ":model", "together:", ""])
+def test_an_entry_must_be_provider_and_model(bad: str) -> None:
+    with pytest.raises(ValueError, match="provider_id:model"):
+        parse_equivalent(bad)
+    assert parse_equivalent("openrouter:moonshotai/kimi-k3.1-pro") == ("openrouter", "moonshotai/kimi-k3.1-pro")
