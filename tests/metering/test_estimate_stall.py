@@ -240,11 +240,15 @@ def test_other_clients_are_served_while_a_pathological_body_is_estimated(fake: F
 
         with ThreadPoolExecutor(1) as pool:
             others = pool.submit(ordinary_client)
+            started = time.perf_counter()
             big = client.post("/chat/completions", json=pathological, headers={"x-fake-no-usage": "1"})
+            big_s = time.perf_counter() - started
             finished.set()
             others.result()
     assert big.status_code == 200
-    assert max(waits) < 1.0, max(waits)  # generous: the old counter held the loop for seconds
+    # The old counter held the loop for most of the big request's time, so an ordinary call waited
+    # about that long. Measured against the big request, not a clock: a loaded machine slows both.
+    assert max(waits) < max(1.0, big_s / 2), (max(waits), big_s)
     rows = proxy.rows(expect=2 + len(waits))
     [row] = [r for r in rows if r["usage_source"] == "estimated"]
     assert APPROXIMATED in row["flags"].split(",")
