@@ -112,7 +112,9 @@ class LLMMeter:
                     self.relay.loop = loop
                     if self.parts.budgets is not None:
                         self.parts.budgets.start(loop)
-                    for line in startup_lines(self.parts.settings, self.parts.book, self.parts.ledger.journal_dir):
+                    ledger = self.parts.ledger
+                    for line in startup_lines(self.parts.settings, self.parts.book, ledger.journal_dir,
+                                              foreign=ledger.foreign_waiting):
                         log.info("%s", line)
                     for line in startup_warnings(self.parts.settings):
                         log.warning("%s", line)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import orjson
 
+from proxy.ledger.adopt import AdoptStats, adopt, check_segments, foreign_segments
 from proxy.ledger.backlog import QUEUE_LIMIT, Backlog
 from proxy.ledger.deadletter import DeadLetters, RetryStats, dead_letter_dir, retry
 from proxy.ledger.importer import Importer
@@ -67,6 +68,7 @@ class Ledger:
         self.batch_size = batch_size
         self.flush_interval_s = flush_interval_s
         self.last_replay = ReplayStats()
+        self.foreign_waiting = 0  # segments in foreign/ at start, for `llmmeter ledger adopt`
         self._journal = Journal(self.journal_dir, fsync, segment_bytes)
         self._backlog = Backlog(queue_limit)
         self._dead = DeadLetters(dead_letter_dir(self.journal_dir))
@@ -85,7 +87,9 @@ class Ledger:
         if self.read_only:
             return 0
         self.store.migrate()
-        self.last_replay = self._replay(self._bind())
+        where = self._bind()
+        self.last_replay = self._replay(where)
+        self.foreign_waiting = len(foreign_segments(where.replay_dirs()))
         self._journal.open()  # a journal that cannot open is reported by journal_ok, not raised
         self._importer = Importer(self.store, self._backlog, self._journal, self._dead, self.batch_size,
                                   self.flush_interval_s, self._settled)
@@ -231,6 +235,19 @@ class Ledger:
             return retry(writer, where.dead_letter_dirs(), self.batch_size, where.ledger_id)
         finally:
             writer.close()
+
+    def adopt(self, segments: Sequence[Path] = ()) -> AdoptStats:
+        """`llmmeter ledger adopt`: import the segments named (default: every one in this ledger's
+        journal folders' `foreign/`), idempotently by record id (proxy/ledger/adopt.py)."""
+        named = check_segments(segments)  # a wrong path is refused before the ledger is touched
+        self.store.migrate()
+        where = self._bind()
+        writer = self.store.writer()
+        try:
+            return adopt(named or foreign_segments(where.replay_dirs()), writer, self.batch_size, self._dead)
+        finally:
+            writer.close()
+            self._dead.close()
 
     @property
     def lost(self) -> int:
