@@ -53,7 +53,8 @@ class Parts:
 def build_parts(settings: Settings, registry: CollectorRegistry | None = None) -> Parts:
     prices = load_dir(settings.prices_dir or default_tables_dir())
     book = PriceBook(prices, dict(settings.tier_aliases))
-    ledger = Ledger(settings.ledger_url, settings.journal_dir, settings.fsync)
+    ledger = Ledger(settings.ledger_url, settings.journal_dir, settings.fsync,
+                    keep_requests_months=settings.keep_requests_months)
     registry = registry or CollectorRegistry()
     metrics = Metrics(settings, book, registry, month_to_date=ledger.month_to_date_cost,
                       pending=lambda: ledger.pending, ledger_counts=lambda: (ledger.rejected, ledger.lost))

@@ -201,6 +201,13 @@ def _parser() -> argparse.ArgumentParser:
     adopt.add_argument("--db", metavar="URL", help=DB_HELP)
     adopt.add_argument("--config", type=Path, help=CONFIG_HELP)
     adopt.set_defaults(run=_ledger_adopt)
+    prune = lsub.add_parser("prune", help="delete the per-request rows of whole past months; rollups stay")
+    prune.add_argument("--before", required=True, metavar="YYYY-MM",
+                       help="prune every UTC month before this one, e.g. 2026-09 (at most the current month)")
+    prune.add_argument("--apply", action="store_true", help="delete (default: say what would be deleted only)")
+    prune.add_argument("--db", metavar="URL", help=DB_HELP)
+    prune.add_argument("--config", type=Path, help=CONFIG_HELP)
+    prune.set_defaults(run=_ledger_prune)
     return p
 
 
@@ -453,6 +460,12 @@ def _ledger_retry(args: argparse.Namespace) -> int:
     stats = ledger.retry_dead_letters()
     print(f"{ledger.dead_letter_dir}: {stats.summary()}")
     return 1 if stats.refused else 0
+
+
+def _ledger_prune(args: argparse.Namespace) -> int:
+    from proxy.ledger.retention import command
+
+    return command(args)
 
 
 def _ledger_adopt(args: argparse.Namespace) -> int:

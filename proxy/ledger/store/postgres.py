@@ -45,6 +45,10 @@ _FETCH = 1024
 # (a constant: the bytes of "llmmeter").
 _MIGRATE_LOCK = int.from_bytes(b"llmmeter", "big")
 _BUDGET_LOCK = int.from_bytes(b"llmb", "big")  # with hashtext(budget name): one advisory lock per budget
+# With the month as YYYYMM: one advisory lock per UTC month, held shared by reprice and
+# reconcile while they use it, exclusively by a prune (retention). A session-level lock: it
+# goes with the connection when a process dies.
+_MONTH_LOCK = int.from_bytes(b"llmm", "big")
 # How long a repricing waits for the imports in progress to end before it gives up.
 _REPRICE_LOCK_WAIT_MS = 60_000
 # SPEC "Settings": the journal of a ledger that is not a file sits under the working directory.
@@ -145,6 +149,37 @@ class PostgresStore(SqlStore):
         finally:
             con.close()
 
+    @contextlib.contextmanager
+    def months_in_use(self, months: Sequence[str]) -> Iterator[None]:
+        con = self._connect()
+        try:
+            try:
+                con.execute(b"SET lock_timeout = 0")  # a prune of the month in progress: wait for it
+                for month in sorted(set(months)):
+                    con.execute(b"SELECT pg_advisory_lock_shared(%s, %s)", (_MONTH_LOCK, _month_key(month)))
+            except psycopg.Error as e:
+                raise StoreUnavailable(f"{self.safe_url}: {e}") from e
+            yield
+        finally:
+            con.close()
+
+    @contextlib.contextmanager
+    def _month_claimed(self, month: str) -> Iterator[bool]:
+        con = self._connect()
+        try:
+            try:
+                row = con.execute(b"SELECT pg_try_advisory_lock(%s, %s) AS ok",
+                                  (_MONTH_LOCK, _month_key(month))).fetchone()
+            except psycopg.Error as e:
+                raise StoreUnavailable(f"{self.safe_url}: {e}") from e
+            yield bool(row and row["ok"])
+        finally:
+            con.close()  # and the lock with it
+
+    def _delete_counted(self, session: Session, sql: str, params: tuple[object, ...]) -> int:
+        [row] = session.fetch(f"WITH gone AS ({sql} RETURNING 1) SELECT COUNT(*) AS n FROM gone", params)
+        return int(row["n"])
+
     def writer(self) -> PostgresWriter:
         if self.read_only:
             raise StoreUnavailable(f"{self.safe_url}: opened read-only")
@@ -210,6 +245,11 @@ class PostgresWriter:
 # out of range, a constraint, a string it cannot encode; the rest is the server's trouble.
 _REFUSALS = (psycopg.DataError, psycopg.IntegrityError, psycopg.errors.ProgramLimitExceeded,
              OverflowError, TypeError, ValueError)
+
+
+def _month_key(month: str) -> int:
+    """YYYY-MM as the integer YYYYMM, the advisory lock's second key."""
+    return int(month.replace("-", ""))
 
 
 def redact(url: str) -> str:
