@@ -370,20 +370,24 @@ class SqlStore(ABC):
         note the month in pruned_months; the rows deleted, or None when the month is in use."""
         if self.read_only:
             raise StoreUnavailable(f"{self.shown}: opened read-only")
-        m = self.mark
-        deleted = 0
         with self._month_claimed(month) as free:
             if not free:
                 return None
-            while True:
-                with self._write_locked() as session:
-                    n = self._delete_counted(session, delete_chunk_sql(m), (lo_us, hi_us))
-                    if n:
-                        session.execute(record_sql(m), (month, now_us, n))
-                deleted += n
-                if not n:
-                    return deleted
-                self._between_writes()
+            return self._prune_claimed(month, lo_us, hi_us, now_us)
+
+    def _prune_claimed(self, month: str, lo_us: int, hi_us: int, now_us: int) -> int:
+        """Delete the month's rows a chunk per transaction, so imports get their turn between chunks."""
+        m = self.mark
+        deleted = 0
+        while True:
+            with self._write_locked() as session:
+                n = self._delete_counted(session, delete_chunk_sql(m), (lo_us, hi_us))
+                if n:
+                    session.execute(record_sql(m), (month, now_us, n))
+            deleted += n
+            if not n:
+                return deleted
+            self._between_writes()
 
     def pruned_months(self, start_from: datetime, start_to: datetime) -> list[str]:
         """The UTC months (YYYY-MM) overlapping [from, to) whose per-request rows were pruned."""
