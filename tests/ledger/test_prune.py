@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import httpx
+import psycopg
 import pytest
 
 from pricing import PriceBook, default_tables_dir, load_dir
@@ -173,3 +175,38 @@ def test_prune_help_names_the_dry_run() -> None:
     r = subprocess.run([sys.executable, "-m", "proxy", "ledger", "prune", "--help"], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0 and "--apply" in r.stdout and "default: say what would be deleted" in r.stdout
+
+
+def test_a_running_reprice_holds_its_month_and_a_prune_leaves_it_alone(pg_url: str, prices_dir: Path,
+                                                                       tmp_path: Path) -> None:
+    store = open_store(pg_url)
+    store.migrate()
+    writer = store.writer()
+    # Priced at a cost the tables in force disagree with: the repricing has rows to write.
+    writer.insert_many([full_record(i, start=OCT + timedelta(minutes=i), budget_leases=None, model="gpt-test",
+                                    model_requested="gpt-test", response_model="gpt-test", tier="standard",
+                                    price_model="gpt-test", price_tier="standard", cost_units=1, price_band=None)
+                        for i in range(4)])
+    writer.close()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMMETER_")}
+    prune_cmd = [sys.executable, "-m", "proxy", "ledger", "prune", "--before", "2026-11", "--apply", "--db", pg_url]
+    # An import in progress (this transaction's lock on requests) keeps the repricing waiting to write,
+    # with its month held: the prune meets it there.
+    with psycopg.connect(pg_url) as importing:
+        importing.execute(b"LOCK TABLE requests IN SHARE ROW EXCLUSIVE MODE")
+        reprice = subprocess.Popen([sys.executable, "-m", "proxy", "reprice", "--from", "2026-10-01", "--to",
+                                    "2026-11-01", "--apply", "--db", pg_url, "--prices", str(prices_dir)],
+                                   cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            assert wait_until(lambda: store.month_in_use("2026-10") or reprice.poll() is not None)
+            assert reprice.poll() is None, reprice.communicate()[0]
+            held = subprocess.run(prune_cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+            assert held.returncode == 1, held.stderr
+            assert "2026-10: 4 rows, in use by a reprice or reconcile: left alone" in held.stdout
+            assert store.count(*month(OCT), None) == 4
+        finally:
+            importing.rollback()
+            out = reprice.communicate(timeout=60)[0]
+    assert reprice.returncode == 0, out
+    done = subprocess.run(prune_cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "2026-10: deleted 4 per-request rows" in done.stdout
