@@ -54,7 +54,8 @@ class Parts:
 def build_parts(settings: Settings, registry: CollectorRegistry | None = None) -> Parts:
     prices = load_dir(settings.prices_dir or default_tables_dir())
     book = PriceBook(prices, dict(settings.tier_aliases))
-    ledger = Ledger(settings.ledger_url, settings.journal_dir, settings.fsync)
+    ledger = Ledger(settings.ledger_url, settings.journal_dir, settings.fsync,
+                    keep_requests_months=settings.keep_requests_months)
     registry = registry or CollectorRegistry()
     metrics = Metrics(settings, book, registry, month_to_date=ledger.month_to_date_cost,
                       pending=lambda: ledger.pending, ledger_counts=lambda: (ledger.rejected, ledger.lost))
@@ -119,7 +120,9 @@ class LLMMeter:
                         self.metrics_listener = MetricsListener(_admin_app(self.parts, serve_metrics=True), *bind,
                                                                 shared=self.parts.settings.workers > 1)
                         await self.metrics_listener.start()
-                    for line in startup_lines(self.parts.settings, self.parts.book, self.parts.ledger.journal_dir):
+                    ledger = self.parts.ledger
+                    for line in startup_lines(self.parts.settings, self.parts.book, ledger.journal_dir,
+                                              foreign=ledger.foreign_waiting):
                         log.info("%s", line)
                     for line in startup_warnings(self.parts.settings):
                         log.warning("%s", line)

@@ -195,6 +195,19 @@ def _parser() -> argparse.ArgumentParser:
     retry.add_argument("--db", metavar="URL", help=DB_HELP)
     retry.add_argument("--config", type=Path, help=CONFIG_HELP)
     retry.set_defaults(run=_ledger_retry)
+    adopt = lsub.add_parser("adopt", help="import journal segments of another ledger set aside in foreign/")
+    adopt.add_argument("segments", nargs="*", type=Path, metavar="SEGMENT",
+                       help="segment files to import (default: every segment in the journal's foreign/ folders)")
+    adopt.add_argument("--db", metavar="URL", help=DB_HELP)
+    adopt.add_argument("--config", type=Path, help=CONFIG_HELP)
+    adopt.set_defaults(run=_ledger_adopt)
+    prune = lsub.add_parser("prune", help="delete the per-request rows of whole past months; rollups stay")
+    prune.add_argument("--before", required=True, metavar="YYYY-MM",
+                       help="prune every UTC month before this one, e.g. 2026-09 (at most the current month)")
+    prune.add_argument("--apply", action="store_true", help="delete (default: say what would be deleted only)")
+    prune.add_argument("--db", metavar="URL", help=DB_HELP)
+    prune.add_argument("--config", type=Path, help=CONFIG_HELP)
+    prune.set_defaults(run=_ledger_prune)
     return p
 
 
@@ -447,6 +460,23 @@ def _ledger_retry(args: argparse.Namespace) -> int:
     stats = ledger.retry_dead_letters()
     print(f"{ledger.dead_letter_dir}: {stats.summary()}")
     return 1 if stats.refused else 0
+
+
+def _ledger_prune(args: argparse.Namespace) -> int:
+    from proxy.ledger.retention import command
+
+    return command(args)
+
+
+def _ledger_adopt(args: argparse.Namespace) -> int:
+    """Foreign journal segments into this ledger; exit 1 while some are held by a live process."""
+    from proxy.ledger import Ledger
+
+    s = _settings(args, db=args.db)
+    ledger = Ledger(s.ledger_url, s.journal_dir, s.fsync)
+    stats = ledger.adopt(args.segments)
+    print(f"{ledger.store.shown}: {stats.summary()}")
+    return 1 if stats.busy else 0
 
 
 def _keys_new(args: argparse.Namespace) -> int:

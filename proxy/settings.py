@@ -166,6 +166,7 @@ class Settings:
     ledger_url: str = "sqlite:///data/llmmeter.db"
     journal_dir: Path | None = None
     fsync: bool = False
+    keep_requests_months: int | None = None  # None: keep every month's per-request rows
     prices_dir: Path | None = None  # None: the shipped pricing/tables
     upstreams: tuple[Upstream, ...] = ()
     tenants: tuple[Tenant, ...] = ()
@@ -199,7 +200,7 @@ _SCHEMA: dict[str, set[str]] = {
                "metrics_token", "workers", "head_timeout_s", "body_timeout_s", "idle_timeout_s",
                "send_timeout_s", "max_decompressed_mb", "public_url", "max_pipelined_requests",
                "max_connections_per_tenant", "metrics_bind"},
-    "ledger": {"url", "journal_dir", "fsync"},
+    "ledger": {"url", "journal_dir", "fsync", "keep_requests_months"},
     "pricing": {"dir"},
     "workloads": {"medium", "long", "very_long"},
     "estimate": {"encoding", "model", "engine"},
@@ -457,6 +458,8 @@ def _build(raw: dict[str, Any], src: _Source, origins: Mapping[tuple[str, str | 
         ledger_url=_ledger_url(c, ledger),
         journal_dir=_opt_path(c.opt_str("ledger", ledger, "journal_dir")),
         fsync=c.bool_("ledger", ledger, "fsync", False),
+        keep_requests_months=c.int_("ledger", ledger, "keep_requests_months", 1, lo=1, hi=1200)
+        if "keep_requests_months" in ledger else None,
         prices_dir=_opt_path(c.opt_str("pricing", pricing, "dir")),
         upstreams=_upstreams(c, arrays["upstream"]),
         tenants=tenants,

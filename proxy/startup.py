@@ -11,10 +11,13 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from pricing import PriceBook
+from proxy.ledger.adopt import COMMAND as ADOPT_COMMAND
 from proxy.settings import Settings, redact_url
 
 
-def startup_lines(settings: Settings, book: PriceBook, journal_dir: Path, now: datetime | None = None) -> Iterator[str]:
+def startup_lines(settings: Settings, book: PriceBook, journal_dir: Path, now: datetime | None = None,
+                  foreign: int = 0) -> Iterator[str]:
+    """`foreign`: journal segments of another ledger waiting in foreign/ (proxy/ledger/adopt.py)."""
     s = settings
     workers = f", {s.workers} workers" if s.workers > 1 else ""
     yield f"listening on http://{s.host}:{s.port}{workers}"
@@ -28,6 +31,9 @@ def startup_lines(settings: Settings, book: PriceBook, journal_dir: Path, now: d
         key = f", key from {up.api_key_env}" if up.api_key_env else ""
         yield f"upstream {up.name}: {without_credentials(up.base_url)}{anthropic}{via} for {models}{key}"
     yield f"ledger {redact_url(s.ledger_url)}, journal in {journal_dir}"
+    if foreign:
+        yield (f"journal: {foreign} segment(s) of another ledger wait in foreign/, never imported on their own; "
+               f"`{ADOPT_COMMAND}` imports them into this ledger")
     prices = book.in_force(now or datetime.now(UTC))
     newest = max((p.effective_from for p in prices), default=None)
     yield (f"prices: {len(prices)} entries in force" +

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import orjson
 
+from proxy.ledger.adopt import AdoptStats, adopt, check_segments, foreign_segments
 from proxy.ledger.backlog import QUEUE_LIMIT, Backlog
 from proxy.ledger.deadletter import DeadLetters, RetryStats, dead_letter_dir, retry
 from proxy.ledger.importer import Importer
@@ -23,6 +24,7 @@ from proxy.ledger.journal import JOURNAL_JSON, SEGMENT_BYTES, Journal, encode
 from proxy.ledger.layout import Layout, default_replica, layout
 from proxy.ledger.record import Record
 from proxy.ledger.replay import ReplayStats, replay
+from proxy.ledger.retention import Pruner
 from proxy.ledger.store import SqlStore, open_store
 
 log = logging.getLogger("llmmeter.ledger")
@@ -56,7 +58,8 @@ class Ledger:
     def __init__(self, url: str, journal_dir: Path | None = None, fsync: bool = False,
                  batch_size: int = 500, flush_interval_s: float = 0.05, *,
                  queue_limit: int = QUEUE_LIMIT, segment_bytes: int = SEGMENT_BYTES,
-                 busy_timeout_s: float = 5.0, read_only: bool = False, replica: str | None = None) -> None:
+                 busy_timeout_s: float = 5.0, read_only: bool = False, replica: str | None = None,
+                 keep_requests_months: int | None = None) -> None:
         self.read_only = read_only
         self.store: SqlStore = open_store(url, busy_timeout_s, read_only=read_only)
         self._configured_journal = journal_dir
@@ -67,10 +70,13 @@ class Ledger:
         self.batch_size = batch_size
         self.flush_interval_s = flush_interval_s
         self.last_replay = ReplayStats()
+        self.foreign_waiting = 0  # segments in foreign/ at start, for `llmmeter ledger adopt`
         self._journal = Journal(self.journal_dir, fsync, segment_bytes)
         self._backlog = Backlog(queue_limit)
         self._dead = DeadLetters(dead_letter_dir(self.journal_dir))
         self._importer: Importer | None = None
+        self._keep_months = keep_requests_months
+        self._pruner: Pruner | None = None  # keep_requests_months: retention, daily (proxy/ledger/retention.py)
         self._lost_logged_at = float("-inf")
         self._closed = False
         # Set before start(): told of each imported batch (enforced budgets settle reservations).
@@ -85,11 +91,16 @@ class Ledger:
         if self.read_only:
             return 0
         self.store.migrate()
-        self.last_replay = self._replay(self._bind())
+        where = self._bind()
+        self.last_replay = self._replay(where)
+        self.foreign_waiting = len(foreign_segments(where.replay_dirs()))
         self._journal.open()  # a journal that cannot open is reported by journal_ok, not raised
         self._importer = Importer(self.store, self._backlog, self._journal, self._dead, self.batch_size,
                                   self.flush_interval_s, self._settled)
         self._importer.start()
+        if self._keep_months is not None:
+            self._pruner = Pruner(self.store, self._keep_months)
+            self._pruner.start()
         return self.last_replay.records
 
     def migrate(self) -> Migrated:
@@ -180,6 +191,8 @@ class Ledger:
         if self._closed:
             return
         self._closed = True
+        if self._pruner is not None:
+            self._pruner.stop()
         if self._importer is not None:
             if not self.flush(timeout):
                 log.warning("ledger closed with %d records not yet in the database (kept in the journal)",
@@ -231,6 +244,19 @@ class Ledger:
             return retry(writer, where.dead_letter_dirs(), self.batch_size, where.ledger_id)
         finally:
             writer.close()
+
+    def adopt(self, segments: Sequence[Path] = ()) -> AdoptStats:
+        """`llmmeter ledger adopt`: import the segments named (default: every one in this ledger's
+        journal folders' `foreign/`), idempotently by record id (proxy/ledger/adopt.py)."""
+        named = check_segments(segments)  # a wrong path is refused before the ledger is touched
+        self.store.migrate()
+        where = self._bind()
+        writer = self.store.writer()
+        try:
+            return adopt(named or foreign_segments(where.replay_dirs()), writer, self.batch_size, self._dead)
+        finally:
+            writer.close()
+            self._dead.close()
 
     @property
     def lost(self) -> int:

@@ -34,6 +34,7 @@ from proxy.budget.unseen import OVER_RESERVATION, USAGE_UNSEEN
 from proxy.budget.unseen import settle as settle_budget
 from proxy.errors import ConfigError
 from proxy.ledger.record import Record
+from proxy.ledger.retention import months_of
 from proxy.ledger.store import SqliteStore, SqlStore, open_store
 from proxy.ledger.store.repricing import PRICED_LATER, REPRICED
 from proxy.ledger.store.rows import to_micros
@@ -250,7 +251,9 @@ def command(args: argparse.Namespace) -> int:
     store = open_store(s.ledger_url, read_only=True)
     if args.apply:
         store = open_store(s.ledger_url)
-    summary = run(store, book, start, end, only_unpriced=args.only_unpriced, apply=args.apply)
+    # The months stay whole while they are repriced: `ledger prune` leaves a month in use alone.
+    with store.months_in_use(months_of(start, end)):
+        summary = run(store, book, start, end, only_unpriced=args.only_unpriced, apply=args.apply)
     write_summary(summary, start, end, args.only_unpriced, args.apply, sys.stdout)
     return 0
 

@@ -52,7 +52,8 @@ def command(args: argparse.Namespace, *, transport: Transport | None = None) -> 
     output = _output(args.out, ledger) if args.out is not None else None
     ledger.start()
     try:
-        rec = reconcile(ledger.store, s, args.month, month, data, threshold)
+        with ledger.store.months_in_use([f"{month.first:%Y-%m}"]):  # `ledger prune` leaves it alone meanwhile
+            rec = reconcile(ledger.store, s, args.month, month, data, threshold)
     finally:
         ledger.close()
     text = render(rec, args.format)

@@ -112,6 +112,7 @@ def build_report(store: Store, inp: ReportInput) -> Report:
         budgets=budget_rows(store, inp.budgets, start, end, inp.now, inp.tenant),
         unpriced_estimated=unpriced_estimated(store, inp.book, start, end, inp.tenant,
                                               any(row.unpriced or row.estimated for row in rows)),
+        pruned_months=tuple(store.pruned_months(start, end)),
     )
 
 

@@ -282,3 +282,4 @@ class Report:
     self_hosting: SelfHosting
     budgets: tuple[BudgetRow, ...] = ()  # each [[budget]]'s periods that overlap the month
     unpriced_estimated: UnpricedEstimated = UnpricedEstimated()  # requests with no price or estimated usage
+    pruned_months: tuple[str, ...] = ()  # UTC months of the report whose per-request rows were pruned

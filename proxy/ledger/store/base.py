@@ -15,7 +15,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
@@ -25,6 +25,7 @@ from proxy.ledger.store.batch_files import BatchFile, file_sql, note_files, note
 from proxy.ledger.store.errors import LedgerOutdated, LedgerTooNew, StoreUnavailable
 from proxy.ledger.store.percentiles import input_side_percentiles, locate
 from proxy.ledger.store.repricing import Repricing, candidates_sql
+from proxy.ledger.store.retention import OLDEST_SQL, delete_chunk_sql, pruned_sql, record_sql
 from proxy.ledger.store.rows import (
     HOUR_US,
     HourlyRow,
@@ -107,6 +108,10 @@ class Store(Protocol):
 
     def speed(self, lo_us: int | datetime, hi_us: int | datetime, tenant: str | None = None) -> list[SpeedRow]:
         """Per model and tier, how fast streamed requests with upstream usage answered in [lo, hi)."""
+        ...
+
+    def pruned_months(self, start_from: datetime, start_to: datetime) -> list[str]:
+        """The UTC months overlapping [from, to) whose per-request rows were pruned (retention)."""
         ...
 
 
@@ -333,6 +338,64 @@ class SqlStore(ABC):
     def _write_locked(self) -> AbstractContextManager[Session]:
         """A session in one transaction holding the lock every import of a record must wait for."""
         raise NotImplementedError
+
+    # --- retention (proxy/ledger/retention.py; the SQL in proxy/ledger/store/retention.py) ---------
+    def months_in_use(self, months: Sequence[str]) -> AbstractContextManager[None]:
+        """Held by reprice and reconcile over the UTC months (YYYY-MM) they read or write: a prune
+        leaves a month alone while anyone holds it, and a holder waits for a prune in progress."""
+        raise NotImplementedError
+
+    def _month_claimed(self, month: str) -> AbstractContextManager[bool]:
+        """The month's lock taken exclusively without waiting, for the block: False when it is in use."""
+        raise NotImplementedError
+
+    def _delete_counted(self, session: Session, sql: str, params: tuple[object, ...]) -> int:
+        """Run a DELETE in the session; the rows it deleted."""
+        raise NotImplementedError
+
+    def _between_writes(self) -> None:  # noqa: B027 - PostgreSQL queues lock requests: nothing to do
+        """Called between two write transactions of a long job: the imports' turn."""
+
+    def month_in_use(self, month: str) -> bool:
+        with self._month_claimed(month) as free:
+            return not free
+
+    def oldest_start_us(self) -> int | None:
+        """The earliest start in the requests table, microseconds; None when it is empty."""
+        [row] = self._read(OLDEST_SQL, ())
+        return None if row["first"] is None else exact(row["first"])
+
+    def prune_month(self, month: str, lo_us: int, hi_us: int, now_us: int) -> int | None:
+        """Delete the requests with start in [lo, hi) (the UTC month `month`) a chunk at a time and
+        note the month in pruned_months; the rows deleted, or None when the month is in use."""
+        if self.read_only:
+            raise StoreUnavailable(f"{self.shown}: opened read-only")
+        with self._month_claimed(month) as free:
+            if not free:
+                return None
+            return self._prune_claimed(month, lo_us, hi_us, now_us)
+
+    def _prune_claimed(self, month: str, lo_us: int, hi_us: int, now_us: int) -> int:
+        """Delete the month's rows a chunk per transaction, so imports get their turn between chunks."""
+        m = self.mark
+        deleted = 0
+        while True:
+            with self._write_locked() as session:
+                n = self._delete_counted(session, delete_chunk_sql(m), (lo_us, hi_us))
+                if n:
+                    session.execute(record_sql(m), (month, now_us, n))
+            deleted += n
+            if not n:
+                return deleted
+            self._between_writes()
+
+    def pruned_months(self, start_from: datetime, start_to: datetime) -> list[str]:
+        """The UTC months (YYYY-MM) overlapping [from, to) whose per-request rows were pruned."""
+        last = from_micros(to_micros(start_to) - 1)
+        first = start_from.astimezone(UTC)
+        rows = self._read(pruned_sql(self.mark), (f"{first.year:04d}-{first.month:02d}",
+                                                  f"{last.year:04d}-{last.month:02d}"))
+        return [str(row["month"]) for row in rows]
 
     def _range(self, start_from: datetime, start_to: datetime, tenant: str | None) -> tuple[str, tuple[object, ...]]:
         m, span = self.mark, (to_micros(start_from), to_micros(start_to))

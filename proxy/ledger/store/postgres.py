@@ -13,6 +13,7 @@ import contextlib
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,8 @@ from proxy.ledger.record import Record
 from proxy.ledger.store.base import Session, SqlStore
 from proxy.ledger.store.budgets import settle_sql, settlements
 from proxy.ledger.store.errors import RecordRefused, StoreUnavailable
-from proxy.ledger.store.rows import COLUMNS, Row, to_row, values_of
+from proxy.ledger.store.retention import count_sql, record_sql
+from proxy.ledger.store.rows import COLUMNS, Row, from_micros, to_micros, to_row, values_of
 from proxy.settings import redact_url
 
 _COLS = ", ".join(COLUMNS)
@@ -39,12 +41,17 @@ _COPY = f"COPY {_STAGING} (ord, {_COLS}) FROM STDIN"
 # traffic) wait for each other in one order and never deadlock; of two rows with one id
 # in a batch the first is kept, as in SQLite.
 _MOVE = (f"INSERT INTO requests ({_COLS}) SELECT {_COLS} FROM {_STAGING} ORDER BY id COLLATE \"C\", ord "
-         "ON CONFLICT (id) DO NOTHING")
+         "ON CONFLICT (id, start) DO NOTHING")  # migration 012: the partitioned table's key holds start
 _FETCH = 1024
+_START = COLUMNS.index("start")
 # Migrations from several replicas starting at once take turns on this advisory lock
 # (a constant: the bytes of "llmmeter").
 _MIGRATE_LOCK = int.from_bytes(b"llmmeter", "big")
 _BUDGET_LOCK = int.from_bytes(b"llmb", "big")  # with hashtext(budget name): one advisory lock per budget
+# With the month as YYYYMM: one advisory lock per UTC month, held shared by reprice and
+# reconcile while they use it, exclusively by a prune (retention). A session-level lock: it
+# goes with the connection when a process dies.
+_MONTH_LOCK = int.from_bytes(b"llmm", "big")
 # How long a repricing waits for the imports in progress to end before it gives up.
 _REPRICE_LOCK_WAIT_MS = 60_000
 # SPEC "Settings": the journal of a ledger that is not a file sits under the working directory.
@@ -145,6 +152,49 @@ class PostgresStore(SqlStore):
         finally:
             con.close()
 
+    @contextlib.contextmanager
+    def months_in_use(self, months: Sequence[str]) -> Iterator[None]:
+        con = self._connect()
+        try:
+            try:
+                con.execute(b"SET lock_timeout = 0")  # a prune of the month in progress: wait for it
+                for month in sorted(set(months)):
+                    con.execute(b"SELECT pg_advisory_lock_shared(%s, %s)", (_MONTH_LOCK, _month_key(month)))
+            except psycopg.Error as e:
+                raise StoreUnavailable(f"{self.safe_url}: {e}") from e
+            yield
+        finally:
+            con.close()
+
+    @contextlib.contextmanager
+    def _month_claimed(self, month: str) -> Iterator[bool]:
+        con = self._connect()
+        try:
+            try:
+                row = con.execute(b"SELECT pg_try_advisory_lock(%s, %s) AS ok",
+                                  (_MONTH_LOCK, _month_key(month))).fetchone()
+            except psycopg.Error as e:
+                raise StoreUnavailable(f"{self.safe_url}: {e}") from e
+            yield bool(row and row["ok"])
+        finally:
+            con.close()  # and the lock with it
+
+    def _prune_claimed(self, month: str, lo_us: int, hi_us: int, now_us: int) -> int:
+        """A month's partition dropped whole (migration 012), and any of its rows that wait in
+        the default partition deleted, in one transaction that holds the write lock."""
+        with self._write_locked() as session:
+            [row] = session.fetch(count_sql(self.mark), (lo_us, hi_us))
+            n = int(row["n"])
+            session.execute(f"DROP TABLE IF EXISTS requests_{_month_key(month)}")
+            session.execute("DELETE FROM requests_default WHERE start >= %s AND start < %s", (lo_us, hi_us))
+            if n:
+                session.execute(record_sql(self.mark), (month, now_us, n))
+            return n
+
+    def _delete_counted(self, session: Session, sql: str, params: tuple[object, ...]) -> int:
+        [row] = session.fetch(f"WITH gone AS ({sql} RETURNING 1) SELECT COUNT(*) AS n FROM gone", params)
+        return int(row["n"])
+
     def writer(self) -> PostgresWriter:
         if self.read_only:
             raise StoreUnavailable(f"{self.safe_url}: opened read-only")
@@ -178,10 +228,12 @@ class PostgresWriter:
 
     def __init__(self, con: psycopg.Connection[DictRow], safe_url: str) -> None:
         self.con, self.safe_url = con, safe_url
+        self._months: list[tuple[int, int]] = []  # [lo, hi) of the month partitions made sure of
 
     def insert_many(self, records: Sequence[Record]) -> int:
         rows = [_text_safe(values_of(to_row(r))) for r in records]  # RecordRefused before any transaction begins
         try:
+            self._partitions([row[_START] for row in rows])
             with self.con.transaction(), self.con.cursor() as cur:
                 with cur.copy(_COPY) as copy:
                     for i, row in enumerate(rows):
@@ -201,6 +253,18 @@ class PostgresWriter:
                 raise RecordRefused(f"{self.safe_url}: the database refused a ledger record: {e}") from e
             raise StoreUnavailable(f"{self.safe_url}: {e}") from e
 
+    def _partitions(self, starts: Sequence[int]) -> None:
+        """Make sure each UTC month the batch holds has its partition (migration 012's function),
+        each in its own short transaction before the batch's, once per month per connection."""
+        for us in starts:
+            if any(lo <= us < hi for lo, hi in self._months):
+                continue
+            d = from_micros(us)
+            self.con.execute(b"SELECT requests_month_partition(%s)", (d.year * 100 + d.month,))
+            first = d.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+            following = (first.replace(day=28) + timedelta(days=4)).replace(day=1)
+            self._months.append((to_micros(first), to_micros(following)))
+
     def close(self) -> None:
         with contextlib.suppress(psycopg.Error):  # a broken connection has nothing left to save
             self.con.close()
@@ -210,6 +274,11 @@ class PostgresWriter:
 # out of range, a constraint, a string it cannot encode; the rest is the server's trouble.
 _REFUSALS = (psycopg.DataError, psycopg.IntegrityError, psycopg.errors.ProgramLimitExceeded,
              OverflowError, TypeError, ValueError)
+
+
+def _month_key(month: str) -> int:
+    """YYYY-MM as the integer YYYYMM, the advisory lock's second key."""
+    return int(month.replace("-", ""))
 
 
 def redact(url: str) -> str:

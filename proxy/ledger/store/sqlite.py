@@ -9,10 +9,12 @@ and the records wait in the journal, instead of going into a deleted file or a s
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import os
 import sqlite3
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from pathlib import Path
@@ -83,6 +85,9 @@ ON CONFLICT (hour, tenant, bucket) DO UPDATE SET requests = requests + excluded.
 _REFUSALS = ("SQLITE_CONSTRAINT", "SQLITE_MISMATCH", "SQLITE_TOOBIG", "SQLITE_RANGE")
 
 FileId = tuple[int, int]  # (st_dev, st_ino)
+# SQLite grants its lock to whoever asks first, and a waiting import polls it every 100 ms:
+# a long prune leaves it that long between chunks, or it starves a running serve's importer.
+_YIELD_S = 0.1
 
 
 class SqliteStore(SqlStore):
@@ -203,6 +208,67 @@ class SqliteStore(SqlStore):
             raise
         finally:
             con.close()
+
+    # --- months in use (retention) -------------------------------------------------------
+    # One lock file per UTC month beside the ledger (`<db>.months/YYYY-MM.lock`): reprice and
+    # reconcile flock it shared while they use the month, a prune exclusively and without
+    # waiting. One SQLite file is served from one host, so flock reaches every process that
+    # uses it, and a process that dies lets go of its locks with it.
+    def _month_lock(self, month: str, create: bool) -> int | None:
+        folder = self.path.with_name(self.path.name + ".months")
+        path = folder / f"{month}.lock"
+        try:
+            if create:
+                folder.mkdir(mode=DIR_MODE, exist_ok=True)
+                return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+            return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as e:
+            if create:
+                raise StoreUnavailable(f"{self.path}: cannot make the lock file of month {month}: {e}") from e
+            return None
+
+    @contextlib.contextmanager
+    def months_in_use(self, months: Sequence[str]) -> Iterator[None]:
+        fds: list[int] = []
+        try:
+            for month in sorted(set(months)):
+                try:
+                    fd = self._month_lock(month, create=True)
+                except StoreUnavailable:
+                    # A reader without write access to the ledger's folder: the lock file a prune
+                    # makes, when there is one, is enough to hold (a shared flock needs no write).
+                    fd = self._month_lock(month, create=False)
+                if fd is not None:
+                    fds.append(fd)
+                    fcntl.flock(fd, fcntl.LOCK_SH)  # waits for a prune of the month in progress
+            yield
+        finally:
+            _close_all(fds)
+
+    @contextlib.contextmanager
+    def _month_claimed(self, month: str) -> Iterator[bool]:
+        # A read-only store (a dry run) makes no file: where there is none, nobody holds the month.
+        fd = self._month_lock(month, create=not self.read_only)
+        if fd is None:
+            yield True
+            return
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            yield True
+        finally:
+            os.close(fd)
+
+    def _delete_counted(self, session: Session, sql: str, params: tuple[object, ...]) -> int:
+        session.execute(sql, params)
+        [row] = session.fetch("SELECT changes() AS n")
+        return int(row["n"])
+
+    def _between_writes(self) -> None:
+        time.sleep(_YIELD_S)
 
     def _applied(self) -> set[int]:
         """The file exists and is a ledger; a snapshot no writer can change is read as it is."""
@@ -336,6 +402,11 @@ def _classify(e: Exception, path: Path) -> LLMMeterError:
                 or str(e) == "integer overflow" or (isinstance(e, sqlite3.ProgrammingError) and "binding" in str(e))):
             return RecordRefused(f"{path}: {e}")
     return StoreUnavailable(f"{path}: {e}")
+
+
+def _close_all(fds: Iterable[int]) -> None:
+    for fd in fds:
+        os.close(fd)
 
 
 def _file_id(path: Path) -> FileId | None:

@@ -18,6 +18,9 @@ from proxy.report.model import (
 )
 from proxy.times import rfc3339
 
+# The figures read from per-request rows, unavailable (not zero) for a pruned month's requests.
+NEED_ROWS = ("by_tenant.input_tokens_p50", "by_tenant.input_tokens_p95", "speed", "unpriced_estimated")
+
 
 def render_json(r: Report) -> str:
     return json.dumps(report_dict(r), indent=2) + "\n"
@@ -52,6 +55,8 @@ def report_dict(r: Report) -> dict[str, Any]:
     if r.reprice is not None:
         d["reprice"] = {"at": rfc3339(r.reprice.at, "auto"), "cost_usd": format_usd(r.reprice.cost_units)}
     d["self_hosting"] = self_hosting(r.self_hosting)
+    if r.pruned_months:  # retention: what the rollups still give, and what needed the deleted rows
+        d["pruned_months"] = {"months": list(r.pruned_months), "unavailable": list(NEED_ROWS)}
     return d
 
 

@@ -1,0 +1,94 @@
+"""`llmmeter ledger adopt`: segments set aside as another ledger's are imported on request, once."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from proxy.errors import ConfigError
+from proxy.ledger import Ledger
+from tests.fake_upstream import FakeUpstream
+from tests.ledger.helpers import EVER, full_record, wait_until
+from tests.ledger.test_journal_binding import left_behind
+from tests.serve import Served
+
+
+def _set_aside(db_url: str, other_db_url: str, journal: Path, n: int) -> tuple[Path, Ledger]:
+    """A segment of `db_url`'s ledger left in a journal that `other_db_url`'s ledger then starts on:
+    set aside in foreign/. Returns where it went and the (closed) second ledger."""
+    first = Ledger(db_url, journal)
+    first.start()
+    first_id = first.ledger_id
+    first.close()
+    segment = left_behind(journal, first_id, [full_record(i) for i in range(n)])
+    second = Ledger(other_db_url, journal)
+    second.start()
+    second.append(full_record(0))  # one record the second ledger already holds: never doubled
+    assert second.flush()
+    second.close()
+    aside = journal / "foreign" / segment.name
+    assert aside.exists() and second.count(*EVER) == 1
+    return aside, second
+
+
+def _rollup_requests(ledger: Ledger) -> int:
+    return sum(row.requests for row in ledger.store.hourly_rows(*EVER, None))
+
+
+def test_adopt_imports_a_foreign_segment_once_and_keeps_the_rollups_right(
+        db_url: str, other_db_url: str, tmp_path: Path, ledgers: list[Ledger]) -> None:
+    journal = tmp_path / "shared-journal"
+    aside, _ = _set_aside(db_url, other_db_url, journal, 5)
+    ledger = Ledger(other_db_url, journal)
+    ledgers.append(ledger)
+    stats = ledger.adopt()
+    assert (stats.segments, stats.records, stats.inserted) == (1, 5, 4)
+    assert not aside.exists() and (aside.parent / "adopted" / aside.name).exists()
+    assert ledger.count(*EVER) == 5 and _rollup_requests(ledger) == 5
+    again = Ledger(other_db_url, journal).adopt()  # nothing left to adopt: nothing changes
+    assert (again.segments, again.records, again.inserted) == (0, 0, 0)
+    assert ledger.count(*EVER) == 5 and _rollup_requests(ledger) == 5
+    # A start neither replays nor sets aside what was adopted.
+    restarted = Ledger(other_db_url, journal)
+    ledgers.append(restarted)
+    restarted.start()
+    assert restarted.last_replay.records == 0 and restarted.foreign_waiting == 0
+    assert restarted.count(*EVER) == 5
+
+
+def test_adopting_a_named_segment_twice_imports_it_once(
+        db_url: str, other_db_url: str, tmp_path: Path) -> None:
+    journal = tmp_path / "shared-journal"
+    aside, _ = _set_aside(db_url, other_db_url, journal, 3)
+    copy = tmp_path / aside.name  # the operator kept a copy and adopts that one too
+    copy.write_bytes(aside.read_bytes())
+    first = Ledger(other_db_url, journal).adopt([aside])
+    second = Ledger(other_db_url, journal).adopt([copy])
+    assert (first.inserted, second.records, second.inserted) == (2, 3, 0)
+    ledger = Ledger(other_db_url, journal, read_only=True)
+    assert ledger.count(*EVER) == 3 and _rollup_requests(ledger) == 3
+
+
+def test_adopt_refuses_a_file_that_is_not_a_segment(tmp_path: Path, other_db_url: str) -> None:
+    wrong = tmp_path / "notes.txt"
+    wrong.write_text("x")
+    with pytest.raises(ConfigError, match="not a journal segment"):
+        Ledger(other_db_url, tmp_path / "journal").adopt([wrong])
+
+
+@pytest.mark.sqlite_only
+def test_the_command_adopts_and_serve_names_it_while_foreign_segments_wait(
+        db_url: str, other_db_url: str, tmp_path: Path, fake: FakeUpstream, serve: Callable[..., Served]) -> None:
+    db = Path(other_db_url.removeprefix("sqlite:///"))
+    aside, _ = _set_aside(db_url, other_db_url, db.parent / "journal", 4)  # where serve's journal is
+    served = serve(upstream=fake.base_url, db=other_db_url)
+    assert wait_until(lambda: "llmmeter ledger adopt" in served.output())
+    assert "1 segment(s) of another ledger wait in foreign/" in served.output()
+    r = served.cli("ledger", "adopt", "--db", other_db_url)  # while serve writes to the same ledger
+    assert r.returncode == 0, r.stderr
+    assert "adopted 1 segment(s): 4 record(s), 3 new, 1 already in the ledger" in r.stdout
+    assert Ledger(other_db_url, read_only=True).count(*EVER) == 4 and not aside.exists()
+    r = served.cli("ledger", "adopt", "--db", other_db_url)
+    assert r.returncode == 0 and "adopted 0 segment(s)" in r.stdout
