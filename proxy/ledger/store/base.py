@@ -23,6 +23,7 @@ from proxy.ledger.migrations import load, unknown
 from proxy.ledger.record import Record
 from proxy.ledger.store.batch_files import BatchFile, file_sql, note_files, note_owner, owner_sql
 from proxy.ledger.store.errors import LedgerOutdated, LedgerTooNew, StoreUnavailable
+from proxy.ledger.store.minutes import MINUTE_US, MINUTES_SQL, MinuteLoad
 from proxy.ledger.store.percentiles import input_side_percentiles, locate
 from proxy.ledger.store.repricing import Repricing, candidates_sql
 from proxy.ledger.store.rows import (
@@ -103,6 +104,10 @@ class Store(Protocol):
     def input_side_percentiles(self, start_from: datetime, start_to: datetime, tenant: str | None,
                                percents: Sequence[int]) -> dict[str, list[int]]:
         """Per tenant, exact nearest-rank percentiles of input-side tokens per metered request."""
+        ...
+
+    def minute_load(self, start_from: datetime, start_to: datetime, tenant: str | None) -> list[MinuteLoad]:
+        """Per UTC minute starting in [from, to) that had load: migration 013's sums, by minute."""
         ...
 
     def speed(self, lo_us: int | datetime, hi_us: int | datetime, tenant: str | None = None) -> list[SpeedRow]:
@@ -291,6 +296,17 @@ class SqlStore(ABC):
         """Exact nearest-rank percentiles of input-side tokens per metered request, per tenant
         (proxy/ledger/store/percentiles.py)."""
         return input_side_percentiles(self._read, self._scan, self.mark, start_from, start_to, tenant, percents)
+
+    def minute_load(self, start_from: datetime, start_to: datetime, tenant: str | None) -> list[MinuteLoad]:
+        """The load of each UTC minute that starts in [from, to) and had any (migration 013's sums,
+        over every tenant or one), by minute; a minute with no row was idle."""
+        m = self.mark
+        lo, hi = -(-to_micros(start_from) // MINUTE_US), -(-to_micros(start_to) // MINUTE_US)
+        where = f"minute >= {m} AND minute < {m}" + (f" AND tenant = {m}" if tenant is not None else "")
+        params = (lo, hi, *((tenant,) if tenant is not None else ()))
+        rows = self._read(MINUTES_SQL.format(where=where) + " ORDER BY minute", params)
+        return [MinuteLoad(exact(r["minute"]), exact(r["busy_us"]), exact(r["prefill_mtokens"]),
+                           exact(r["decode_mtokens"]), exact(r["kv_token_ms"])) for r in rows]
 
     def speed(self, lo_us: int | datetime, hi_us: int | datetime, tenant: str | None = None) -> list[SpeedRow]:
         """Per model and tier, over streamed metered requests in [lo, hi) (microseconds since the
