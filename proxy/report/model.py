@@ -6,8 +6,11 @@ Field order follows SPEC "Monthly report", so the JSON format can walk it as wri
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime
+
+from proxy.report.load import LoadByMinute
+from proxy.report.nodes import NodeNeed
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,3 +285,5 @@ class Report:
     self_hosting: SelfHosting
     budgets: tuple[BudgetRow, ...] = ()  # each [[budget]]'s periods that overlap the month
     unpriced_estimated: UnpricedEstimated = UnpricedEstimated()  # requests with no price or estimated usage
+    load_by_minute: LoadByMinute = field(default_factory=LoadByMinute)  # proxy/report/load.py
+    nodes: tuple[NodeNeed, ...] = ()  # per node profile (proxy/report/nodes.py)

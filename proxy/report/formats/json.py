@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from pricing import format_usd
+from proxy.report.formats.load import load_dict, node_dict
 from proxy.report.model import (
     BudgetRow,
     Day,
@@ -52,6 +53,8 @@ def report_dict(r: Report) -> dict[str, Any]:
     if r.reprice is not None:
         d["reprice"] = {"at": rfc3339(r.reprice.at, "auto"), "cost_usd": format_usd(r.reprice.cost_units)}
     d["self_hosting"] = self_hosting(r.self_hosting)
+    d["load_by_minute"] = load_dict(r.load_by_minute)
+    d["nodes"] = [node_dict(x) for x in r.nodes]
     return d
 
 
