@@ -116,6 +116,7 @@ def build_report(store: Store, inp: ReportInput) -> Report:
         unpriced_estimated=unpriced_estimated(store, inp.book, start, end, inp.tenant,
                                               any(row.unpriced or row.estimated for row in rows)),
         load_by_minute=load, nodes=nodes_needed(load, profiles(inp.selfhost)),
+        slo=tuple(store.slo(start, end, inp.tenant)),
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import date, datetime
 
+from proxy.ledger.store.slo import SloRow
 from proxy.report.load import LoadByMinute
 from proxy.report.nodes import NodeNeed
 
@@ -287,3 +288,4 @@ class Report:
     unpriced_estimated: UnpricedEstimated = UnpricedEstimated()  # requests with no price or estimated usage
     load_by_minute: LoadByMinute = field(default_factory=LoadByMinute)  # proxy/report/load.py
     nodes: tuple[NodeNeed, ...] = ()  # per node profile (proxy/report/nodes.py)
+    slo: tuple[SloRow, ...] = ()  # the API's measured speed by model, tier and context band

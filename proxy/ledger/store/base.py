@@ -38,6 +38,7 @@ from proxy.ledger.store.rows import (
     to_micros,
     whole_hours,
 )
+from proxy.ledger.store.slo import SLO_RATE_SQL, SLO_TTFT_SQL, SloRow
 from proxy.ledger.store.sql import (
     HOURLY_SQL,
     LEDGER_ID_SQL,
@@ -108,6 +109,10 @@ class Store(Protocol):
 
     def minute_load(self, start_from: datetime, start_to: datetime, tenant: str | None) -> list[MinuteLoad]:
         """Per UTC minute starting in [from, to) that had load: migration 013's sums, by minute."""
+        ...
+
+    def slo(self, start_from: datetime, start_to: datetime, tenant: str | None) -> list[SloRow]:
+        """Per model, tier and input-side band, how fast streamed requests with upstream usage answered."""
         ...
 
     def speed(self, lo_us: int | datetime, hi_us: int | datetime, tenant: str | None = None) -> list[SpeedRow]:
@@ -330,6 +335,23 @@ class SqlStore(ABC):
             out.append(SpeedRow(key[0], key[1], n, median, p50, p95))
         return out
 
+    def slo(self, start_from: datetime, start_to: datetime, tenant: str | None) -> list[SloRow]:
+        """Per model, tier and input-side band (proxy/ledger/store/slo.py), over the streamed metered
+        requests in [from, to) with the upstream's usage and a time to first token: the time to first
+        token's p50 and p95 and the output tokens per second after it, p50 and p95, nearest rank."""
+        where, params = self._scan(start_from, start_to, tenant)
+        ttft = _counted(self._read(SLO_TTFT_SQL.format(where=where), params), ("model", "tier", "band"))
+        rate = _counted(self._read(SLO_RATE_SQL.format(where=where), params), ("model", "tier", "band"))
+        out = []
+        for key, values in sorted(ttft.items()):
+            n = sum(count for _, count in values)
+            rates = rate.get(key, [])
+            timed = sum(count for _, count in rates)
+            p50, p95 = (locate(values, (n * p + 99) // 100)[0] for p in (50, 95))
+            r50, r95 = ((locate(rates, (timed * p + 99) // 100)[0] / 100 if timed else None) for p in (50, 95))
+            out.append(SloRow(key[0], key[1], key[2], n, p50, p95, timed, r50, r95))
+        return out
+
     # --- repricing (proxy/ledger/reprice.py; the SQL in proxy/ledger/store/repricing.py) ---------
     def reprice_candidates(self, start_from: datetime, start_to: datetime, after: tuple[int, str] | None,
                            only_unpriced: bool, limit: int) -> list[Record]:
@@ -357,11 +379,11 @@ class SqlStore(ABC):
         return f"tenant = {m} AND start >= {m} AND start < {m}", (tenant, *span)
 
 
-def _counted(rows: list[Row]) -> dict[tuple[str, str], list[tuple[int, int]]]:
-    """(value, count) pairs per (model, tier), sorted by value."""
-    out: dict[tuple[str, str], list[tuple[int, int]]] = {}
+def _counted(rows: list[Row], key: tuple[str, ...] = ("model", "tier")) -> dict[tuple[str, ...], list[tuple[int, int]]]:
+    """(value, count) pairs per key (model and tier), sorted by value."""
+    out: dict[tuple[str, ...], list[tuple[int, int]]] = {}
     for row in rows:
-        out.setdefault((row["model"], row["tier"]), []).append((exact(row["value"]), exact(row["n"])))
+        out.setdefault(tuple(row[k] for k in key), []).append((exact(row["value"]), exact(row["n"])))
     for values in out.values():
         values.sort()
     return out

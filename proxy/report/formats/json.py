@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from pricing import format_usd
-from proxy.report.formats.load import load_dict, node_dict
+from proxy.report.formats.load import load_dict, node_dict, slo_dict
 from proxy.report.model import (
     BudgetRow,
     Day,
@@ -55,6 +55,7 @@ def report_dict(r: Report) -> dict[str, Any]:
     d["self_hosting"] = self_hosting(r.self_hosting)
     d["load_by_minute"] = load_dict(r.load_by_minute)
     d["nodes"] = [node_dict(x) for x in r.nodes]
+    d["slo"] = [slo_dict(x) for x in r.slo]
     return d
 
 

@@ -1,4 +1,4 @@
-"""`load_by_minute` and `nodes` as the JSON and CSV formats write them (SPEC "Self-hosting,
+"""`load_by_minute`, `nodes` and `slo` as the JSON and CSV formats write them (SPEC "Self-hosting,
 version 2"): loads rounded to 0.01, the peak minute in RFC 3339 in the report's zone."""
 
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
+from proxy.ledger.store.slo import SloRow
 from proxy.report.load import FIGURES, LoadByMinute
 from proxy.report.nodes import NodeNeed
 from proxy.settings import NODE_FIGURES
@@ -46,3 +47,10 @@ def node_dict(x: NodeNeed) -> dict[str, Any]:
 
 def _plain(v: object) -> object:
     return v if isinstance(v, int | str) else format(v, "f")  # Decimal money and kW as exact strings
+
+
+def slo_dict(x: SloRow) -> dict[str, Any]:
+    """SPEC's keys, then how many requests ran past their first token (what tokens/s rest on)."""
+    return {"model": x.model, "tier": x.tier, "band": x.band, "requests": x.requests, "ttft_ms_p50": x.ttft_ms_p50,
+            "ttft_ms_p95": x.ttft_ms_p95, "output_tokens_per_s_p50": x.output_tokens_per_s_p50,
+            "output_tokens_per_s_p95": x.output_tokens_per_s_p95, "output_timed_requests": x.timed_requests}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from proxy.ledger.store.slo import SloRow
 from proxy.report.formats.tables import Column, Table
 from proxy.report.load import FIGURES, LoadByMinute
 from proxy.report.nodes import NodeNeed
@@ -40,3 +41,24 @@ def nodes_table(rows: tuple[NodeNeed, ...]) -> Table:
                   Column("for the p95 minute", "nodes"), Column("for the peak minute", "nodes"),
                   Column("binding limit", numeric=False), Column("with redundancy", "nodes")), body,
                  note=f"Node figures and their sources: {sources}.", empty="No node profiles.")
+
+
+_BANDS = {"lt_32k": "< 32k", "32k_128k": "32k-128k", "ge_128k": ">= 128k"}
+
+
+def slo_table(rows: tuple[SloRow, ...]) -> Table:
+    def rate(v: float | None) -> str:
+        return "-" if v is None else f"{v:,.2f}"
+
+    body = tuple((x.model, x.tier, _BANDS.get(x.band, x.band), count(x.requests), count(x.ttft_ms_p50),
+                  count(x.ttft_ms_p95), count(x.timed_requests), rate(x.output_tokens_per_s_p50),
+                  rate(x.output_tokens_per_s_p95)) for x in rows)
+    return Table("slo", "The service level to match",
+                 (Column("model", numeric=False), Column("tier", numeric=False),
+                  Column("input side", numeric=False), Column("requests"), Column("TTFT p50", "ms"),
+                  Column("TTFT p95", "ms"), Column("requests past first token"), Column("output p50", "tokens/s"),
+                  Column("output p95", "tokens/s")), body,
+                 note="What the API delivered to streamed requests with the upstream's usage, per request: a "
+                      "self-hosted deployment must match it under the same load. Output tokens/s are after the "
+                      "first token, over the requests that ran past it.",
+                 empty="No streamed requests with usage from the upstream this month.")
