@@ -125,6 +125,31 @@ RECONCILE_DEFAULTS = {
 }
 
 
+# SPEC "Self-hosting, version 2": the figures of a [[selfhost.node]], each with `<figure>_source`.
+NODE_FIGURES = ("accelerators", "capex_usd", "rent_usd_per_month", "power_kw", "kv_cache_tokens",
+                "prefill_tokens_per_s", "decode_tokens_per_s")
+_NODE_KEYS = {"name", *NODE_FIGURES, *(f"{f}_source" for f in NODE_FIGURES)}
+
+
+@dataclass(frozen=True, slots=True)
+class NodeProfile:
+    """One kind of node a team could run the model on (a `[[selfhost.node]]`), every figure with
+    where it came from: a vendor claim, a measurement or an assumption."""
+
+    name: str
+    accelerators: str
+    kv_cache_tokens: int  # KV cache the node holds, in tokens
+    prefill_tokens_per_s: int  # input-side tokens it processes per second, all requests together
+    decode_tokens_per_s: int  # output tokens it generates per second, all requests together
+    capex_usd: Decimal | None = None
+    rent_usd_per_month: Decimal | None = None  # replaces amortised capex when set
+    power_kw: Decimal | None = None
+    sources: tuple[tuple[str, str], ...] = ()  # (figure, source) for every figure set
+
+    def source(self, figure: str) -> str:
+        return dict(self.sources).get(figure, "")
+
+
 @dataclass(frozen=True, slots=True)
 class SelfHost:
     nodes: int = 2
@@ -135,6 +160,8 @@ class SelfHost:
     ops_usd_per_month: Decimal = Decimal("20000")
     node_prefill_tokens_per_s: int = 50000
     node_decode_tokens_per_s: int = 17678
+    # The configured [[selfhost.node]] tables; empty: the shipped profiles (proxy/report/nodes.py).
+    node_profiles: tuple[NodeProfile, ...] = ()
     # Which values the config file set, so reports can say "from llmmeter.toml".
     overridden: frozenset[str] = frozenset()
 
@@ -206,7 +233,7 @@ _SCHEMA: dict[str, set[str]] = {
     "estimate": {"encoding", "model", "engine"},
     "selfhost": {"nodes", "node_capex_usd", "amortization_months", "power_kw_per_node",
                  "usd_per_kwh", "ops_usd_per_month", "node_prefill_tokens_per_s",
-                 "node_decode_tokens_per_s"},
+                 "node_decode_tokens_per_s", "node"},
     "budget": {"monthly_usd"},
     "reconcile": {"openai", "anthropic"},
 }
@@ -870,7 +897,50 @@ def _selfhost(c: _Checker, d: Mapping[str, Any]) -> SelfHost:
                                          base.node_prefill_tokens_per_s, lo=1),
         node_decode_tokens_per_s=c.int_("selfhost", d, "node_decode_tokens_per_s",
                                         base.node_decode_tokens_per_s, lo=1),
-        overridden=frozenset(d))
+        node_profiles=_node_profiles(c, d.get("node", [])),
+        overridden=frozenset(d) - {"node"})
+
+
+def _node_profiles(c: _Checker, items: object) -> tuple[NodeProfile, ...]:
+    """The [[selfhost.node]] tables: every figure required (capex or rent, power optional) and
+    each with its `<figure>_source`, so no number in the report stands without its origin."""
+    table = "selfhost.node"
+    if not isinstance(items, list) or not all(isinstance(v, dict) for v in items):
+        c.fail("selfhost", "node", 0, "use [[selfhost.node]] tables for 'node'")
+        return ()
+    out: list[NodeProfile] = []
+    for i, item in enumerate(items):
+        for key in item:
+            if key not in _NODE_KEYS:
+                c.fail(table, key, i, f"unknown key {key!r} in [[selfhost.node]] "
+                       f"(known: {', '.join(sorted(_NODE_KEYS))})")
+        name = _array_name(c, table, item, i, {o.name for o in out})
+        for key in ("accelerators", "kv_cache_tokens", "prefill_tokens_per_s", "decode_tokens_per_s"):
+            if key not in item:
+                c.fail(table, None, i, f"[[selfhost.node]] {name!r} needs {key}")
+        if "capex_usd" not in item and "rent_usd_per_month" not in item:
+            c.fail(table, None, i, f"[[selfhost.node]] {name!r} needs capex_usd or rent_usd_per_month")
+        sources = []
+        for figure in NODE_FIGURES:
+            if figure not in item:
+                if f"{figure}_source" in item:
+                    c.fail(table, f"{figure}_source", i, f"{figure}_source is set but {figure} is not")
+                continue
+            if f"{figure}_source" not in item:
+                c.fail(table, None, i, f"[[selfhost.node]] {name!r} needs {figure}_source: where {figure} comes "
+                       'from (e.g. "vendor claim: ..." or "assumption: ...")')
+                continue
+            sources.append((figure, c.str_(table, item, f"{figure}_source", "?", i)))
+        money = {key: c.money(table, item, key, "0", i) if key in item else None
+                 for key in ("capex_usd", "rent_usd_per_month", "power_kw")}
+        out.append(NodeProfile(
+            name=name, accelerators=c.str_(table, item, "accelerators", "?", i),
+            kv_cache_tokens=c.int_(table, item, "kv_cache_tokens", 1, i, lo=1),
+            prefill_tokens_per_s=c.int_(table, item, "prefill_tokens_per_s", 1, i, lo=1),
+            decode_tokens_per_s=c.int_(table, item, "decode_tokens_per_s", 1, i, lo=1),
+            capex_usd=money["capex_usd"], rent_usd_per_month=money["rent_usd_per_month"],
+            power_kw=money["power_kw"], sources=tuple(sources)))
+    return tuple(out)
 
 
 def _opt_path(s: str | None) -> Path | None:

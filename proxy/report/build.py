@@ -22,6 +22,7 @@ from proxy.protocol.names import WORKLOADS
 from proxy.report.breakeven import self_hosting
 from proxy.report.budgets import budget_rows
 from proxy.report.groups import total, usage
+from proxy.report.load import load_by_minute
 from proxy.report.model import (
     BandRow,
     Day,
@@ -39,6 +40,7 @@ from proxy.report.model import (
     WhatIf,
     WorkloadRow,
 )
+from proxy.report.nodes import nodes_needed, profiles
 from proxy.report.unpriced import unpriced_estimated
 from proxy.settings import Budget, SelfHost
 from proxy.times import utc
@@ -84,6 +86,7 @@ def build_report(store: Store, inp: ReportInput) -> Report:
     if inp.reprice_at is not None:
         at = inp.reprice_at
         reprice = Reprice(at=utc(at), cost_units=sum(Repricer(inp.book)(row, row.tier, at) for row in rows))
+    load = load_by_minute(store, start, end, inp.now, inp.tz, inp.tenant)
     return Report(
         month=inp.month, timezone=inp.tz.key, tenant=inp.tenant, generated_at=utc(inp.now),
         totals=Totals(whole, estimated, sum(row.unpriced for row in rows)),
@@ -112,6 +115,8 @@ def build_report(store: Store, inp: ReportInput) -> Report:
         budgets=budget_rows(store, inp.budgets, start, end, inp.now, inp.tenant),
         unpriced_estimated=unpriced_estimated(store, inp.book, start, end, inp.tenant,
                                               any(row.unpriced or row.estimated for row in rows)),
+        load_by_minute=load, nodes=nodes_needed(load, profiles(inp.selfhost)),
+        slo=tuple(store.slo(start, end, inp.tenant)),
         pruned_months=tuple(store.pruned_months(start, end)),
     )
 

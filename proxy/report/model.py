@@ -6,8 +6,12 @@ Field order follows SPEC "Monthly report", so the JSON format can walk it as wri
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime
+
+from proxy.ledger.store.slo import SloRow
+from proxy.report.load import LoadByMinute
+from proxy.report.nodes import NodeNeed
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,4 +286,7 @@ class Report:
     self_hosting: SelfHosting
     budgets: tuple[BudgetRow, ...] = ()  # each [[budget]]'s periods that overlap the month
     unpriced_estimated: UnpricedEstimated = UnpricedEstimated()  # requests with no price or estimated usage
+    load_by_minute: LoadByMinute = field(default_factory=LoadByMinute)  # proxy/report/load.py
+    nodes: tuple[NodeNeed, ...] = ()  # per node profile (proxy/report/nodes.py)
+    slo: tuple[SloRow, ...] = ()  # the API's measured speed by model, tier and context band
     pruned_months: tuple[str, ...] = ()  # UTC months of the report whose per-request rows were pruned

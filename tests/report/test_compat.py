@@ -21,6 +21,7 @@ DATA = Path(__file__).parent / "data"
 V3_FIELDS = {"cache_write_1h_tokens", "web_search_calls", "fees_usd", "provider_cost_usd"}
 V3_TOP = {"by_band", "speed", "budgets", "unpriced_estimated"}
 V3_WHAT_IF = {"all_batch_usd", "all_flex_usd"}
+V4_TOP = {"load_by_minute", "nodes", "slo"}  # SPEC "Self-hosting, version 2"
 
 
 def as_before_unknown_cost(d: dict[str, Any]) -> dict[str, Any]:
@@ -41,7 +42,7 @@ def as_before_unknown_cost(d: dict[str, Any]) -> dict[str, Any]:
 
 def without_v3(value: Any, top: bool = False) -> Any:
     if isinstance(value, dict):
-        drop = V3_FIELDS | (V3_TOP if top else set()) | V3_WHAT_IF
+        drop = V3_FIELDS | (V3_TOP | V4_TOP if top else set()) | V3_WHAT_IF
         return {k: without_v3(v) for k, v in value.items() if k not in drop}
     if isinstance(value, list):
         return [without_v3(v) for v in value]
@@ -79,5 +80,5 @@ def test_csv_rows_are_what_they_were(build: Callable[[str], Report], variant: st
     assert new[0][:width] == old[0]
     assert new[0][width:width + 4] == ["cache_write_1h_tokens", "web_search_calls", "fees_usd", "provider_cost_usd"]
     assert [row[:width] for row in new[1:len(old)]] == old[1:]
-    assert {row[0] for row in new[len(old):]} <= {"by_band", "speed", "unpriced_estimated"}
+    assert {row[0] for row in new[len(old):]} <= {"by_band", "speed", "unpriced_estimated", *V4_TOP}
     assert [row[0] for row in new[len(old):]].count("by_band") == 2  # kimi-k3.1-pro standard and highspeed

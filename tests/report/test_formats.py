@@ -20,7 +20,7 @@ from tests.report.factory import BOTH, USD, worked_report
 SPEC_KEYS = ["month", "timezone", "tenant", "generated_at", "totals", "cache_hit_rate", "estimated_share",
              "unpriced_models", "by_model", "by_tenant", "by_tag", "by_workload", "by_tag_workload", "by_band",
              "workload_summary", "daily", "hourly_profile", "peak_to_offpeak_ratio", "speed", "unpriced_estimated",
-             "budgets", "forecast", "what_if", "self_hosting"]
+             "budgets", "forecast", "what_if", "self_hosting", "load_by_minute", "nodes", "slo"]
 HOSTILE = '=HYPERLINK("http://evil","x")'
 
 
@@ -85,7 +85,8 @@ def test_csv_sections_and_numbers_as_written() -> None:
     rows = list(csv.DictReader(io.StringIO(render(worked_report(), "csv"))))
     assert [r["section"] for r in rows][:2] == ["totals", "by_model"]
     assert {r["section"] for r in rows} == {"totals", "by_model", "by_tenant", "by_tag", "by_workload",
-                                            "by_tag_workload", "daily", "hourly", "by_band", "speed"}
+                                            "by_tag_workload", "daily", "hourly", "by_band", "speed",
+                                            "load_by_minute"}
     [speed] = [r for r in rows if r["section"] == "speed"]
     assert (speed["model"], speed["output_tokens_per_s_p50"], speed["ttft_ms_p95"]) == ("kimi-k3.1-pro", "52.5", "640")
     assert [r["cost_usd"] for r in rows if r["section"] == "totals"] == ["674"]

@@ -11,7 +11,7 @@ from tests.report import browser
 from tests.report.dom import Page
 
 TABLES = {"by_model", "totals", "by_tenant", "by_tag", "by_workload", "by_tag_workload", "daily", "what_if",
-          "self_hosting", "assumptions", "by_band", "speed", "unpriced_estimated"}
+          "self_hosting", "assumptions", "by_band", "speed", "unpriced_estimated", "load_by_minute", "nodes"}
 CHARTS = ["daily-cost", "token-mix", "cache-by-day", "tag-workload", "hourly", "breakeven"]
 
 
@@ -47,6 +47,13 @@ def test_seeded_month_in_chromium(build: Callable[[str], Report], tmp_path: Path
     text = dom.text
     assert not re.search(r"\d[eE][+-]?\d", text), re.findall(r".{30}\d[eE][+-]?\d.{10}", text)
     assert "39.6 M" in text and "$55,961.33" in text
+    # The load by the minute and the nodes it needs on each shipped profile, every figure sourced.
+    load = sections["load_by_minute"]
+    assert [row[0][1] for row in load.rows] == ["requests in flight", "prefill (input side)", "decode (output)",
+                                                "KV cache in flight"]
+    assert [row[0][1] for row in sections["nodes"].rows] == ["8xB300-vllm-fp8", "8xB300-vllm-dcp8",
+                                                             "8xMI355X-vllm-atom"]
+    assert "vendor claim: vLLM recipe with decode context parallel 8" in text
 
     shot = browser.screenshot(page, tmp_path / "report.png")
     print(f"screenshot: {shot}")

@@ -18,11 +18,12 @@ from proxy.ledger.store.errors import (
     RecordRefused,
     StoreUnavailable,
 )
+from proxy.ledger.store.minutes import MinuteLoad
 from proxy.ledger.store.rows import COLUMNS, HourlyRow, SpeedRow
 from proxy.ledger.store.sqlite import SqliteStore
 
 __all__ = ["COLUMNS", "LEDGER_ID", "HourlyRow", "LedgerMissing", "LedgerOutdated", "LedgerReplaced", "LedgerTooNew",
-           "RecordRefused", "SpeedRow", "SqlStore", "SqliteStore", "Store", "StoreUnavailable", "Writer",
+           "MinuteLoad", "RecordRefused", "SpeedRow", "SqlStore", "SqliteStore", "Store", "StoreUnavailable", "Writer",
            "is_postgresql", "open_store", "sqlite_path"]
 
 

@@ -23,6 +23,7 @@ from proxy.ledger.migrations import load, unknown
 from proxy.ledger.record import Record
 from proxy.ledger.store.batch_files import BatchFile, file_sql, note_files, note_owner, owner_sql
 from proxy.ledger.store.errors import LedgerOutdated, LedgerTooNew, StoreUnavailable
+from proxy.ledger.store.minutes import MINUTE_US, MINUTES_SQL, MinuteLoad
 from proxy.ledger.store.percentiles import input_side_percentiles, locate
 from proxy.ledger.store.repricing import Repricing, candidates_sql
 from proxy.ledger.store.retention import OLDEST_SQL, delete_chunk_sql, pruned_sql, record_sql
@@ -38,6 +39,7 @@ from proxy.ledger.store.rows import (
     to_micros,
     whole_hours,
 )
+from proxy.ledger.store.slo import SLO_RATE_SQL, SLO_TTFT_SQL, SloRow
 from proxy.ledger.store.sql import (
     HOURLY_SQL,
     LEDGER_ID_SQL,
@@ -104,6 +106,14 @@ class Store(Protocol):
     def input_side_percentiles(self, start_from: datetime, start_to: datetime, tenant: str | None,
                                percents: Sequence[int]) -> dict[str, list[int]]:
         """Per tenant, exact nearest-rank percentiles of input-side tokens per metered request."""
+        ...
+
+    def minute_load(self, start_from: datetime, start_to: datetime, tenant: str | None) -> list[MinuteLoad]:
+        """Per UTC minute starting in [from, to) that had load: migration 013's sums, by minute."""
+        ...
+
+    def slo(self, start_from: datetime, start_to: datetime, tenant: str | None) -> list[SloRow]:
+        """Per model, tier and input-side band, how fast streamed requests with upstream usage answered."""
         ...
 
     def speed(self, lo_us: int | datetime, hi_us: int | datetime, tenant: str | None = None) -> list[SpeedRow]:
@@ -297,6 +307,17 @@ class SqlStore(ABC):
         (proxy/ledger/store/percentiles.py)."""
         return input_side_percentiles(self._read, self._scan, self.mark, start_from, start_to, tenant, percents)
 
+    def minute_load(self, start_from: datetime, start_to: datetime, tenant: str | None) -> list[MinuteLoad]:
+        """The load of each UTC minute that starts in [from, to) and had any (migration 013's sums,
+        over every tenant or one), by minute; a minute with no row was idle."""
+        m = self.mark
+        lo, hi = -(-to_micros(start_from) // MINUTE_US), -(-to_micros(start_to) // MINUTE_US)
+        where = f"minute >= {m} AND minute < {m}" + (f" AND tenant = {m}" if tenant is not None else "")
+        params = (lo, hi, *((tenant,) if tenant is not None else ()))
+        rows = self._read(MINUTES_SQL.format(where=where) + " ORDER BY minute", params)
+        return [MinuteLoad(exact(r["minute"]), exact(r["busy_us"]), exact(r["prefill_mtokens"]),
+                           exact(r["decode_mtokens"]), exact(r["kv_token_ms"])) for r in rows]
+
     def speed(self, lo_us: int | datetime, hi_us: int | datetime, tenant: str | None = None) -> list[SpeedRow]:
         """Per model and tier, over streamed metered requests in [lo, hi) (microseconds since the
         epoch, or aware datetimes) that carry the upstream's own usage and a time to first token:
@@ -317,6 +338,23 @@ class SqlStore(ABC):
             timed = sum(count for _, count in rates)
             median = locate(rates, (timed * 50 + 99) // 100)[0] / 100 if timed else 0.0
             out.append(SpeedRow(key[0], key[1], n, median, p50, p95))
+        return out
+
+    def slo(self, start_from: datetime, start_to: datetime, tenant: str | None) -> list[SloRow]:
+        """Per model, tier and input-side band (proxy/ledger/store/slo.py), over the streamed metered
+        requests in [from, to) with the upstream's usage and a time to first token: the time to first
+        token's p50 and p95 and the output tokens per second after it, p50 and p95, nearest rank."""
+        where, params = self._scan(start_from, start_to, tenant)
+        ttft = _counted(self._read(SLO_TTFT_SQL.format(where=where), params), ("model", "tier", "band"))
+        rate = _counted(self._read(SLO_RATE_SQL.format(where=where), params), ("model", "tier", "band"))
+        out = []
+        for key, values in sorted(ttft.items()):
+            n = sum(count for _, count in values)
+            rates = rate.get(key, [])
+            timed = sum(count for _, count in rates)
+            p50, p95 = (locate(values, (n * p + 99) // 100)[0] for p in (50, 95))
+            r50, r95 = ((locate(rates, (timed * p + 99) // 100)[0] / 100 if timed else None) for p in (50, 95))
+            out.append(SloRow(key[0], key[1], key[2], n, p50, p95, timed, r50, r95))
         return out
 
     # --- repricing (proxy/ledger/reprice.py; the SQL in proxy/ledger/store/repricing.py) ---------
@@ -404,11 +442,11 @@ class SqlStore(ABC):
         return f"tenant = {m} AND start >= {m} AND start < {m}", (tenant, *span)
 
 
-def _counted(rows: list[Row]) -> dict[tuple[str, str], list[tuple[int, int]]]:
-    """(value, count) pairs per (model, tier), sorted by value."""
-    out: dict[tuple[str, str], list[tuple[int, int]]] = {}
+def _counted(rows: list[Row], key: tuple[str, ...] = ("model", "tier")) -> dict[tuple[str, ...], list[tuple[int, int]]]:
+    """(value, count) pairs per key (model and tier), sorted by value."""
+    out: dict[tuple[str, ...], list[tuple[int, int]]] = {}
     for row in rows:
-        out.setdefault((row["model"], row["tier"]), []).append((exact(row["value"]), exact(row["n"])))
+        out.setdefault(tuple(row[k] for k in key), []).append((exact(row["value"]), exact(row["n"])))
     for values in out.values():
         values.sort()
     return out

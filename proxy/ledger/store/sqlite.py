@@ -25,6 +25,7 @@ from proxy.ledger.record import Record
 from proxy.ledger.store.base import Session, SqlStore
 from proxy.ledger.store.budgets import settle_sql, settlements
 from proxy.ledger.store.errors import LedgerMissing, LedgerReplaced, RecordRefused, StoreUnavailable
+from proxy.ledger.store.minutes import SQLITE_ADD_MINUTES
 from proxy.ledger.store.rows import COLUMNS, HOUR_US, Row, to_row, values_of
 from proxy.ledger.store.sql import BUCKET_OF, HOURLY_SQL, METERED_SQL
 
@@ -358,6 +359,7 @@ class SqliteWriter:
             if added:
                 con.execute(_ADD_TO_ROLLUP, (before,))
                 con.execute(_ADD_TO_HISTOGRAM, (before,))
+                con.execute(SQLITE_ADD_MINUTES, (before,))  # migration 013's per-minute load
                 if any(r.budget_leases for r in records):  # their reservations become their cost, here
                     new = None if added == len(records) else {
                         row["id"] for row in con.execute("SELECT id FROM requests WHERE rowid > ?", (before,))}

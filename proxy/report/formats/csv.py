@@ -12,14 +12,16 @@ from typing import Any
 
 from proxy.export import csv_writer, spreadsheet_text
 from proxy.report.formats.json import report_dict
+from proxy.report.formats.load import load_rows
 from proxy.report.model import Report
 
 SECTIONS = ("totals", "by_model", "by_tenant", "by_tag", "by_workload", "by_tag_workload", "daily", "hourly",
-            "by_band", "speed", "budgets", "unpriced_estimated")
+            "by_band", "speed", "budgets", "unpriced_estimated", "load_by_minute", "nodes", "slo")
 # Version 3's columns come after every earlier one, so a reader of the earlier layout finds
 # its columns where they were; the new sections' own columns follow them.
 _V3_COLUMNS = ("cache_write_1h_tokens", "web_search_calls", "fees_usd", "provider_cost_usd")
 _V3_SECTIONS = ("by_band", "speed", "budgets", "unpriced_estimated")
+_V4_SECTIONS = ("load_by_minute", "nodes", "slo")  # their columns after version 3's
 # Columns whose text is a number llmmeter wrote: never altered.
 _NUMBERS = frozenset({"cost_usd", "fees_usd", "provider_cost_usd", "limit_usd", "spent_usd", "rejected_cost_usd",
                       "cost_at_nearest_usd"})
@@ -31,9 +33,11 @@ def render_csv(r: Report) -> str:
     tables += [(name, d[name]) for name in SECTIONS[1:7]] + [("hourly", d["hourly_profile"])]
     tables += [(name, d[name]) for name in _V3_SECTIONS[:-1]]
     tables += [("unpriced_estimated", d["unpriced_estimated"]["models"])]  # a row per model, tier and upstream
+    tables += [("load_by_minute", load_rows(d["load_by_minute"])),
+               ("nodes", [{k: v for k, v in x.items() if k != "profile"} for x in d["nodes"]]), ("slo", d["slo"])]
     columns: list[str] = ["section"]
     for name, rows in tables:
-        if name not in _V3_SECTIONS:
+        if name not in _V3_SECTIONS + _V4_SECTIONS:
             for row in rows:
                 columns += [k for k in row if k not in columns and k not in _V3_COLUMNS]
     columns += _V3_COLUMNS

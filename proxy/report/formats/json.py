@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from pricing import format_usd
+from proxy.report.formats.load import load_dict, node_dict, slo_dict
 from proxy.report.model import (
     BudgetRow,
     Day,
@@ -19,7 +20,7 @@ from proxy.report.model import (
 from proxy.times import rfc3339
 
 # The figures read from per-request rows, unavailable (not zero) for a pruned month's requests.
-NEED_ROWS = ("by_tenant.input_tokens_p50", "by_tenant.input_tokens_p95", "speed", "unpriced_estimated")
+NEED_ROWS = ("by_tenant.input_tokens_p50", "by_tenant.input_tokens_p95", "speed", "slo", "unpriced_estimated")
 
 
 def render_json(r: Report) -> str:
@@ -55,6 +56,9 @@ def report_dict(r: Report) -> dict[str, Any]:
     if r.reprice is not None:
         d["reprice"] = {"at": rfc3339(r.reprice.at, "auto"), "cost_usd": format_usd(r.reprice.cost_units)}
     d["self_hosting"] = self_hosting(r.self_hosting)
+    d["load_by_minute"] = load_dict(r.load_by_minute)
+    d["nodes"] = [node_dict(x) for x in r.nodes]
+    d["slo"] = [slo_dict(x) for x in r.slo]
     if r.pruned_months:  # retention: what the rollups still give, and what needed the deleted rows
         d["pruned_months"] = {"months": list(r.pruned_months), "unavailable": list(NEED_ROWS)}
     return d
