@@ -86,13 +86,14 @@ def test_the_report_of_a_pruned_month_gives_the_same_totals_and_says_what_is_una
     before = report_json(db_url, OCT)
     prune(store, "2026-11", apply=True, now=NOW)
     after = report_json(db_url, OCT)
-    for key in ("totals", "by_model", "by_tag", "by_workload", "by_band", "daily", "what_if"):
+    for key in ("totals", "by_model", "by_tag", "by_workload", "by_band", "daily", "what_if", "load_by_minute",
+                "nodes"):
         assert after[key] == before[key], key
     assert [{k: v for k, v in t.items() if "_p" not in k} for t in after["by_tenant"]] == \
         [{k: v for k, v in t.items() if "_p" not in k} for t in before["by_tenant"]]
     assert "pruned_months" not in before
     assert after["pruned_months"] == {"months": ["2026-10"], "unavailable": [
-        "by_tenant.input_tokens_p50", "by_tenant.input_tokens_p95", "speed", "unpriced_estimated"]}
+        "by_tenant.input_tokens_p50", "by_tenant.input_tokens_p95", "speed", "slo", "unpriced_estimated"]}
     assert "pruned_months" not in report_json(db_url, NOV)  # November's rows are all there
 
 
