@@ -162,6 +162,9 @@ class SelfHost:
     node_decode_tokens_per_s: int = 17678
     # The configured [[selfhost.node]] tables; empty: the shipped profiles (proxy/report/nodes.py).
     node_profiles: tuple[NodeProfile, ...] = ()
+    # The configured [[selfhost.equivalent]] tables: (model, provider_id:model entries); empty: the
+    # shipped ones (proxy/report/alternatives.py).
+    equivalents: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # Which values the config file set, so reports can say "from llmmeter.toml".
     overridden: frozenset[str] = frozenset()
 
@@ -233,7 +236,7 @@ _SCHEMA: dict[str, set[str]] = {
     "estimate": {"encoding", "model", "engine"},
     "selfhost": {"nodes", "node_capex_usd", "amortization_months", "power_kw_per_node",
                  "usd_per_kwh", "ops_usd_per_month", "node_prefill_tokens_per_s",
-                 "node_decode_tokens_per_s", "node"},
+                 "node_decode_tokens_per_s", "node", "equivalent"},
     "budget": {"monthly_usd"},
     "reconcile": {"openai", "anthropic"},
 }
@@ -898,7 +901,8 @@ def _selfhost(c: _Checker, d: Mapping[str, Any]) -> SelfHost:
         node_decode_tokens_per_s=c.int_("selfhost", d, "node_decode_tokens_per_s",
                                         base.node_decode_tokens_per_s, lo=1),
         node_profiles=_node_profiles(c, d.get("node", [])),
-        overridden=frozenset(d) - {"node"})
+        equivalents=_equivalents(c, d.get("equivalent", [])),
+        overridden=frozenset(d) - {"node", "equivalent"})
 
 
 def _node_profiles(c: _Checker, items: object) -> tuple[NodeProfile, ...]:
@@ -941,6 +945,39 @@ def _node_profiles(c: _Checker, items: object) -> tuple[NodeProfile, ...]:
             capex_usd=money["capex_usd"], rent_usd_per_month=money["rent_usd_per_month"],
             power_kw=money["power_kw"], sources=tuple(sources)))
     return tuple(out)
+
+
+_EQUIVALENT_RE = re.compile(r"[a-z0-9_\-]+:\S+\Z")  # provider_id:model, as genai-prices names them
+
+
+def _equivalents(c: _Checker, items: object) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The [[selfhost.equivalent]] tables: a model as llmmeter names it, and the genai-prices
+    `provider_id:model` entries that are the same model elsewhere."""
+    table = "selfhost.equivalent"
+    if not isinstance(items, list) or not all(isinstance(v, dict) for v in items):
+        c.fail("selfhost", "equivalent", 0, "use [[selfhost.equivalent]] tables for 'equivalent'")
+        return ()
+    out: dict[str, tuple[str, ...]] = {}
+    for i, item in enumerate(items):
+        for key in item:
+            if key not in ("model", "provider_models"):
+                c.fail(table, key, i, f"unknown key {key!r} in [[selfhost.equivalent]] (known: model, provider_models)")
+        model = c.str_(table, item, "model", "", i)
+        if not model:
+            c.fail(table, None, i, "[[selfhost.equivalent]] needs model")
+        elif model in out:
+            c.fail(table, "model", i, f"model {model!r} has two [[selfhost.equivalent]] tables")
+        entries = item.get("provider_models")
+        if not isinstance(entries, list) or not entries or not all(isinstance(e, str) for e in entries):
+            c.fail(table, "provider_models" if "provider_models" in item else None, i,
+                   "provider_models must be a non-empty list of \"provider_id:model\" strings")
+            continue
+        for e in entries:
+            if not _EQUIVALENT_RE.match(e):
+                c.fail(table, "provider_models", i, f"{e!r} is not provider_id:model "
+                       "(e.g. \"together:moonshotai/Kimi-K3.1-Pro\")")
+        out[model] = tuple(entries)
+    return tuple(out.items())
 
 
 def _opt_path(s: str | None) -> Path | None:

@@ -64,3 +64,19 @@ def test_a_bad_node_table_is_refused_with_its_reason(tmp_path: Path, change: tup
         load(write(tmp_path, text), env={})
     assert words in str(e.value)
     assert "llmmeter.toml:" in str(e.value)
+
+
+def test_equivalents_are_configured_per_model_and_checked(tmp_path: Path) -> None:
+    text = ('[[selfhost.equivalent]]\nmodel = "kimi-k3.1-pro"\n'
+            'provider_models = ["together:moonshotai/Kimi-K3.1-Pro", "novita:moonshotai/kimi-k3.1-pro"]\n')
+    sh = load(write(tmp_path, text), env={}).selfhost
+    assert sh.equivalents == (("kimi-k3.1-pro", ("together:moonshotai/Kimi-K3.1-Pro",
+                                                 "novita:moonshotai/kimi-k3.1-pro")),)
+    assert load(None, env={}).selfhost.equivalents == ()  # none configured: the shipped ones apply
+    for bad, words in (('provider_models = ["moonshotai/Kimi-K3.1-Pro"]', "is not provider_id:model"),
+                       ("provider_models = []", "non-empty list"),
+                       ('provider_models = ["together:x"]\nurl = "y"', "unknown key 'url'")):
+        with pytest.raises(ConfigError, match=rf"llmmeter\.toml:\d+: .*{words}"):
+            load(write(tmp_path, f'[[selfhost.equivalent]]\nmodel = "m"\n{bad}\n'), env={})
+    with pytest.raises(ConfigError, match="two"):
+        load(write(tmp_path, text + text), env={})
