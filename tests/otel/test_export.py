@@ -164,3 +164,31 @@ def test_a_collector_that_is_down_costs_no_request_and_drops_are_counted(
         sent += 1
     assert proxy.metric("llmmeter_otel_dropped_spans_total") > 0
     assert len(proxy.rows(expect=sent)) == sent
+
+
+def test_a_client_that_leaves_and_a_provider_cost_are_traced_as_recorded(
+        fake: FakeUpstream, serve: Any, receiver: Receiver) -> None:
+    from tests.otel.receiver import CLIENT, SERVER
+
+    proxy = serve(upstream=fake.base_url, config=f'[otel]\nendpoint = "{receiver.url}"\n', env=FAST_EXPORT)
+    body = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    with httpx.stream("POST", proxy.base_url + "/chat/completions", json=body, timeout=30,
+                      headers={"x-fake-chunks": "3000", "x-fake-delay-ms": "100"}) as r:  # 300 s in all
+        parts = r.iter_raw()
+        assert next(parts)
+    [left] = proxy.rows(expect=1)
+    assert (left["outcome"], left["usage_source"]) == ("client_closed", "estimated")
+    # OpenRouter's usage.cost: the upstream's own figure, on the CLIENT span only.
+    usage = json.dumps({"prompt": 100, "completion": 10, "cost": "0.0004"})
+    OpenAI(base_url=proxy.base_url, api_key="k", max_retries=0).chat.completions.create(
+        model="gpt-test", messages=body["messages"], extra_headers={"x-fake-usage": usage})
+    rows = proxy.rows(expect=2)
+    [costed] = [r for r in rows if r["id"] != left["id"]]
+    assert costed["provider_cost_units"] == 4_000_000
+    spans = receiver.wait_for(lambda got: len(got) >= 4)
+    servers, clients = by_record(spans, SERVER), by_record(spans, CLIENT)
+    for row in rows:
+        assert servers[row["id"]].attributes == expected(row, latest=False), row
+    assert clients[left["id"]].attributes == servers[left["id"]].attributes
+    assert clients[costed["id"]].attributes == {**servers[costed["id"]].attributes, "gen_ai.usage.cost.amount": 0.0004,
+                                                 "gen_ai.usage.cost.source": "provider"}
