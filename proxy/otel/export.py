@@ -29,6 +29,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from proxy.ledger.record import Record
 from proxy.metering.meter import Exchange
 from proxy.otel.attributes import call_attributes, latest_requested, provider_name, upstream_attributes
+from proxy.otel.genai_metrics import GenAIMetrics
 from proxy.settings import Otel, Upstream
 
 log = logging.getLogger("llmmeter.otel")
@@ -66,7 +67,9 @@ class Tracing:
         assert settings.endpoint is not None
         self.exporter = exporter = OTLPSpanExporter(endpoint=settings.endpoint.rstrip("/") + "/v1/traces",
                                     headers=dict(settings.headers) or None)  # None: OTEL_EXPORTER_OTLP_HEADERS
-        self.provider = TracerProvider(resource=Resource.create({"service.name": settings.service_name}),
+        resource = Resource.create({"service.name": settings.service_name})
+        self.metrics = GenAIMetrics(settings.endpoint, dict(settings.headers) or None, resource, self.latest)
+        self.provider = TracerProvider(resource=resource,
                                        sampler=ParentBased(TraceIdRatioBased(settings.sample_ratio)))
         self.provider.add_span_processor(CountingBatchSpanProcessor(exporter, settings.queue_size, dropped))
         self.tracer = self.provider.get_tracer("llmmeter")
@@ -101,6 +104,7 @@ class Tracing:
         server, client = spans
         base = self.anthropic if ex.endpoint == "messages" else self.providers
         provider = _provider(rec.upstream, base)
+        self.metrics.record(rec, provider)
         attrs = call_attributes(rec, provider, self.latest)
         name = f"{attrs['gen_ai.operation.name']} {rec.model_requested or rec.response_model or ''}".strip()
         server_end = _wall_ns(rec.start) + rec.duration_ms * 1_000_000
@@ -111,11 +115,16 @@ class Tracing:
         """Gives what is queued a short while to leave, then stops the export thread. The SDK's
         flush ignores its timeout and retries a collector that is down for as long as the
         exporter's own: it runs in a thread of its own, given _SHUTDOWN_FLUSH_MS."""
-        flush = threading.Thread(target=self.provider.force_flush, name="otel-flush", daemon=True)
+        flush = threading.Thread(target=self._flush, name="otel-flush", daemon=True)
         flush.start()
         flush.join(_SHUTDOWN_FLUSH_MS / 1000)
         self.exporter.shutdown()  # type: ignore[no-untyped-call]  # interrupts a retry's back-off, so shutdown does not wait for it
         self.provider.shutdown()
+        self.metrics.close()
+
+    def _flush(self) -> None:
+        self.provider.force_flush()
+        self.metrics.flush()
 
 
 def _finish(span: Span, name: str, attrs: Mapping[str, Any], outcome: str, end_ns: int) -> None:

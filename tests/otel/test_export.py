@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 OTEL_MODULES = ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http", "opentelemetry.proto")
 CLIENT_TRACE, CLIENT_SPAN = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 OPERATIONS = {"chat": "chat", "messages": "chat"}
-FAST_EXPORT = {"OTEL_BSP_SCHEDULE_DELAY": "50"}  # the SDK's own variable: export every 50 ms
+# The SDK's own variables: spans leave every 50 ms, metrics every 200 ms.
+FAST_EXPORT = {"OTEL_BSP_SCHEDULE_DELAY": "50", "OTEL_METRIC_EXPORT_INTERVAL": "200"}
 
 
 @pytest.fixture
@@ -139,6 +140,36 @@ def test_every_span_attribute_is_the_ledgers(fake: FakeUpstream, serve: Any, rec
                                                                     "vendor=1")]
     untraced = {s.trace_id for s in servers.values()} - {CLIENT_TRACE}
     assert len(untraced) == 5  # a client that sent no context: a trace of its own for each call
+    check_metrics(receiver, rows, latest)
+
+
+def check_metrics(receiver: Receiver, rows: list[dict[str, Any]], latest: bool) -> None:
+    """The GenAI metrics: tokens by type, durations and times to first token, as the ledger's."""
+    counted = [r for r in rows if r["usage_source"] != "none"]
+    inputs = sum(r["input_tokens"] + r["cache_read_tokens"] + r["cache_write_tokens"] + r["cache_write_1h_tokens"]
+                 for r in counted)
+    outputs = sum(r["output_tokens"] for r in counted)
+    streams = [r for r in rows if r["ttft_ms"] is not None]
+    want = {("gen_ai.client.token.usage", "input"): (len(counted), inputs),
+            ("gen_ai.client.token.usage", "output"): (len(counted), outputs)}
+
+    def arrived() -> bool:
+        return (all(receiver.histogram(name, **{"gen_ai.token.type": kind}) == (n, total)
+                    for (name, kind), (n, total) in want.items())
+                and receiver.histogram("gen_ai.server.request.duration")[0] == len(rows)
+                and receiver.histogram("gen_ai.server.time_to_first_token")[0] == len(streams))
+
+    receiver.wait_for(lambda _: arrived())
+    assert arrived(), receiver.histograms
+    duration = receiver.histogram("gen_ai.server.request.duration")[1]
+    assert duration == pytest.approx(sum(r["duration_ms"] for r in rows) / 1000)
+    [failed] = [r for r in rows if r["outcome"] != "ok"]
+    assert receiver.histogram("gen_ai.server.request.duration", **{"error.type": failed["outcome"]})[0] == 1
+    key = "gen_ai.provider.name" if latest else "gen_ai.system"
+    assert {dict(a).get(key) for (_, a) in receiver.histograms} == {rows[0]["upstream"]}
+    # Bounded attributes only: the price table's model, never tenants, tags or ids.
+    assert {k for (_, a) in receiver.histograms for k, _ in a} <= {
+        "gen_ai.operation.name", key, "gen_ai.request.model", "gen_ai.token.type", "error.type"}
 
 
 def test_with_export_off_the_clients_trace_context_passes_unchanged(fake: FakeUpstream, serve: Any) -> None:
