@@ -2,13 +2,15 @@
 
 Imported only when `[otel] endpoint` is set: with export off llmmeter loads no OpenTelemetry
 package. The relay calls `begin` before it sends a request upstream and the meter calls `end`
-once the ledger record is made; both only start, annotate and end spans in memory. Export runs
+once the ledger record is made; `begin` starts two spans in memory, `end` annotates and ends
+them, and records the GenAI metrics, once the client's answer is written. Export runs
 in the SDK's batch thread from a queue of `queue_size` spans: a collector that is down or slow
 fills the queue, the oldest spans are dropped and counted, and the relay never waits.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import threading
@@ -73,12 +75,14 @@ class Tracing:
                                        sampler=ParentBased(TraceIdRatioBased(settings.sample_ratio)))
         self.provider.add_span_processor(CountingBatchSpanProcessor(exporter, settings.queue_size, dropped))
         self.tracer = self.provider.get_tracer("llmmeter")
+
         self.propagator = TraceContextTextMapPropagator()
         self.providers = {u.name: u.base_url for u in upstreams}
         self.anthropic = {u.name: u.anthropic_base_url or u.base_url for u in upstreams}
-        # The SDK logs a warning for each span dropped; llmmeter counts them instead. A failed
-        # export is still logged (an error, once per batch).
+        # The SDK logs a warning for each span dropped, and the exporter one for each retry;
+        # llmmeter counts the drops instead. A failed export is still logged (an error, once per batch).
         logging.getLogger("opentelemetry.sdk._shared_internal").setLevel(logging.ERROR)
+        logging.getLogger("opentelemetry.exporter.otlp.common.http").setLevel(logging.ERROR)
 
     def begin(self, ex: Exchange, headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
         """Starts the SERVER span (a child of the client's trace context, if it sent one) and the
@@ -95,20 +99,38 @@ class Tracing:
         return [(k, v) for k, v in headers if k.lower() not in TRACE_HEADERS] + list(out.items())
 
     def end(self, ex: Exchange, rec: Record) -> None:
-        """Both spans get the record's attributes and end: the SERVER span at the record's
-        duration after its start, the CLIENT span now (its upstream exchange is over)."""
+        """Ends both spans once the loop is done with the current turn, after the client's last
+        bytes are written: ending them (the SDK checks and copies each attribute) and the
+        metrics cost more than starting them. On the loop, not in a thread: a thread would
+        hold the GIL while the loop waits to read the next request. The CLIENT span's end is
+        now: its upstream exchange is over."""
         spans: Any = ex.trace
         if spans is None:  # never sent upstream (refused, or failed before): no spans
             return
         ex.trace = None
-        server, client = spans
-        base = self.anthropic if ex.endpoint == "messages" else self.providers
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._end(spans[0], spans[1], rec, time.time_ns())
+            return
+        loop.call_soon(self._end_safely, spans[0], spans[1], rec, time.time_ns())
+
+    def _end_safely(self, server: Span, client: Span, rec: Record, client_end: int) -> None:
+        try:
+            self._end(server, client, rec, client_end)
+        except Exception:  # tracing must never cost the loop a turn's work
+            log.exception("request %s: its trace spans could not be ended", rec.id)
+
+    def _end(self, server: Span, client: Span, rec: Record, client_end: int) -> None:
+        """Both spans get the record's attributes and end: the SERVER span at the record's
+        duration after its start, the CLIENT span when its exchange was over."""
+        base = self.anthropic if rec.endpoint == "messages" else self.providers
         provider = _provider(rec.upstream, base)
         self.metrics.record(rec, provider)
         attrs = call_attributes(rec, provider, self.latest)
         name = f"{attrs['gen_ai.operation.name']} {rec.model_requested or rec.response_model or ''}".strip()
         server_end = _wall_ns(rec.start) + rec.duration_ms * 1_000_000
-        _finish(client, name, upstream_attributes(rec, attrs), rec.outcome, min(time.time_ns(), server_end))
+        _finish(client, name, upstream_attributes(rec, attrs), rec.outcome, min(client_end, server_end))
         _finish(server, name, attrs, rec.outcome, server_end)
 
     def close(self) -> None:
