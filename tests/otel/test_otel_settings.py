@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from pricing import PriceBook, default_tables_dir, load_dir
 from proxy.errors import ConfigError
-from proxy.settings import Otel, load
+from proxy.settings import Otel, Settings, load
+from proxy.startup import startup_lines
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -47,3 +50,14 @@ def test_bad_otel_settings_name_file_and_line(tmp_path: Path, text: str, line: i
         load(path, env={})
     assert words in str(e.value)
     assert f"{path}:{line}" in str(e.value)
+
+
+def test_serve_names_the_export_at_start_and_never_its_keys() -> None:
+    book = PriceBook(load_dir(default_tables_dir()))
+    at = datetime(2026, 12, 1, tzinfo=UTC)
+    assert not any("otel" in line for line in startup_lines(Settings(), book, Path("/j"), at))
+    on = Settings(otel=Otel("https://u:pw@collector:4318", (("x-api-key", "k-secret"),), "gw", 0.25, 100))
+    text = "\n".join(startup_lines(on, book, Path("/j"), at))
+    assert "otel: spans and GenAI metrics to https://collector:4318 as gw, sampling 0.25, queue 100, " \
+           "headers x-api-key" in text
+    assert "k-secret" not in text and "pw" not in text
