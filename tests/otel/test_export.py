@@ -223,3 +223,20 @@ def test_a_client_that_leaves_and_a_provider_cost_are_traced_as_recorded(
     assert clients[left["id"]].attributes == servers[left["id"]].attributes
     assert clients[costed["id"]].attributes == {**servers[costed["id"]].attributes, "gen_ai.usage.cost.amount": 0.0004,
                                                  "gen_ai.usage.cost.source": "provider"}
+
+
+def test_sample_ratio_zero_keeps_only_the_traces_a_client_sampled(
+        fake: FakeUpstream, serve: Any, receiver: Receiver) -> None:
+    proxy = serve(upstream=fake.base_url, config=f'[otel]\nendpoint = "{receiver.url}"\nsample_ratio = 0\n',
+                  env=FAST_EXPORT)
+    body = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}
+    assert httpx.post(proxy.base_url + "/chat/completions", json=body).status_code == 200
+    unsampled = fake.requests[-1]["headers"]["traceparent"]
+    assert int(unsampled.rsplit("-", 1)[1], 16) & 1 == 0  # the upstream still learns the trace, not sampled
+    sampled = f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"
+    assert httpx.post(proxy.base_url + "/chat/completions", json=body,
+                      headers={"traceparent": sampled}).status_code == 200
+    spans = receiver.wait_for(lambda got: len(got) >= 2)
+    rows = proxy.rows(expect=2)
+    assert len(spans) == 2 and {s.trace_id for s in spans} == {CLIENT_TRACE}
+    assert {s.attributes["llmmeter.record_id"] for s in spans} == {rows[1]["id"]}  # rows in time order
