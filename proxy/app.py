@@ -21,6 +21,7 @@ from pricing import PriceBook, default_tables_dir, load_dir
 from proxy.budget.engine import Budgets
 from proxy.budget.metrics import BudgetMetrics
 from proxy.budget.reserve import Reserver
+from proxy.errors import ConfigError
 from proxy.ledger import Ledger
 from proxy.ledger.group import GroupCommit
 from proxy.ledger.layout import default_replica
@@ -142,7 +143,11 @@ def _tracing(settings: Settings, metrics: Metrics) -> Spans | None:
     package is even imported."""
     if not settings.otel.enabled:
         return None
-    from proxy.otel.export import Tracing  # the optional extra llmmeter[otel]
+    try:
+        from proxy.otel.export import Tracing  # the optional extra llmmeter[otel]
+    except ImportError as e:
+        raise ConfigError(f"[otel] endpoint is set but the OpenTelemetry SDK cannot be loaded ({e}): "
+                          "install it with pip install 'llmmeter[otel]', or remove [otel] endpoint") from None
 
     return Tracing(settings.otel, settings.upstreams, metrics.otel_dropped_spans.inc)
 
