@@ -224,14 +224,8 @@ class Meter:
         ex.recorded = True
         self.metrics.observe(rec, priced, ex.overhead_s)
         if ex.trace is not None and self.spans is not None:
-            self._end_spans(ex, rec)
+            _end_spans(self.spans, ex, rec)
         return rec
-
-    def _end_spans(self, ex: Exchange, rec: Record) -> None:
-        try:
-            self.spans.end(ex, rec)  # type: ignore[union-attr]
-        except Exception:  # tracing must never cost a client its answer
-            log.exception("request %s: its trace spans could not be ended", ex.id)
 
     def record_batch(self, ex: Exchange, observed: Observed, flags: tuple[str, ...] = (),
                      observe: bool = True) -> Record:
@@ -306,6 +300,13 @@ class Meter:
 
 
 _PROMPTED = frozenset({"chat", "completions", "responses", "messages"})  # where a template wraps the prompt
+
+
+def _end_spans(spans: Spans, ex: Exchange, rec: Record) -> None:
+    try:
+        spans.end(ex, rec)
+    except Exception:  # tracing must never cost a client its answer
+        log.exception("request %s: its trace spans could not be ended", ex.id)
 
 
 def _key(ex: Exchange, observed: Observed) -> Key:

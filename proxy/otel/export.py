@@ -1,4 +1,4 @@
-"""Spans through the OpenTelemetry SDK and its OTLP/HTTP exporter, off the request path.
+"""Spans and GenAI metrics through the OpenTelemetry SDK and its OTLP/HTTP exporters.
 
 Imported only when `[otel] endpoint` is set: with export off llmmeter loads no OpenTelemetry
 package. The relay calls `begin` before it sends a request upstream and the meter calls `end`
@@ -86,7 +86,16 @@ class Tracing:
 
     def begin(self, ex: Exchange, headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
         """Starts the SERVER span (a child of the client's trace context, if it sent one) and the
-        CLIENT span; returns the headers to send upstream, naming the CLIENT span as parent."""
+        CLIENT span; returns the headers to send upstream, naming the CLIENT span as parent (or,
+        should tracing fail, the client's headers as they came: the call goes on untraced)."""
+        try:
+            return self._begin(ex, headers)
+        except Exception:
+            log.exception("request %s: its trace spans could not be started", ex.id)
+            ex.trace = None
+            return headers
+
+    def _begin(self, ex: Exchange, headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
         carrier = {k.lower(): v for k, v in headers if k.lower() in TRACE_HEADERS}
         parent: Context = self.propagator.extract(carrier)
         server = self.tracer.start_span(f"llmmeter {ex.endpoint}", context=parent, kind=SpanKind.SERVER,
