@@ -21,11 +21,12 @@ from pricing import PriceBook, default_tables_dir, load_dir
 from proxy.budget.engine import Budgets
 from proxy.budget.metrics import BudgetMetrics
 from proxy.budget.reserve import Reserver
+from proxy.errors import ConfigError
 from proxy.ledger import Ledger
 from proxy.ledger.group import GroupCommit
 from proxy.ledger.layout import default_replica
 from proxy.metering.estimate.estimator import Estimator
-from proxy.metering.meter import Meter
+from proxy.metering.meter import Meter, Spans
 from proxy.metering.refusals import Refusals
 from proxy.metrics.listener import MetricsListener
 from proxy.metrics.metrics import Metrics
@@ -79,9 +80,11 @@ class LLMMeter:
                                    tenant_share=s.tenant_share)
         self.estimator = Estimator(s.estimate.encoding, s.estimate.per_model, engine=s.estimate.engine)
         self.group = GroupCommit(parts.ledger.append_many)
+        self.tracing = _tracing(s, parts.metrics)
         meter = Meter(parts.book, self.estimator, s.workloads, self.group, parts.metrics,
                       frozenset(u.name for u in s.upstreams if u.hidden_output == "from_total"),
-                      honoured_tiers={u.name: frozenset(u.honoured_tiers) for u in s.upstreams if u.honoured_tiers})
+                      honoured_tiers={u.name: frozenset(u.honoured_tiers) for u in s.upstreams if u.honoured_tiers},
+                      spans=self.tracing)
         self.refusals = Refusals(self.group, parts.metrics)
         self.relay = Relay(s, Router(s.upstreams), self.upstreams, meter, parts.metrics,
                            pending=lambda: parts.ledger.pending, budgets=parts.budgets, refusals=self.refusals,
@@ -141,8 +144,24 @@ class LLMMeter:
                 self.refusals.close()  # the open minute's refusals, before the last records are committed
                 self.group.bind(None)
                 await asyncio.to_thread(self.parts.ledger.close)
+                if self.tracing is not None:
+                    await asyncio.to_thread(self.tracing.close)
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+def _tracing(settings: Settings, metrics: Metrics) -> Spans | None:
+    """The OpenTelemetry export, when `[otel] endpoint` is set; otherwise no OpenTelemetry
+    package is even imported."""
+    if not settings.otel.enabled:
+        return None
+    try:
+        from proxy.otel.export import Tracing  # the optional extra llmmeter[otel]
+    except ImportError as e:
+        raise ConfigError(f"[otel] endpoint is set but the OpenTelemetry SDK cannot be loaded ({e}): "
+                          "install it with pip install 'llmmeter[otel]', or remove [otel] endpoint") from None
+
+    return Tracing(settings.otel, settings.upstreams, metrics.otel_dropped_spans.inc)
 
 
 def create_app(settings: Settings, registry: CollectorRegistry | None = None) -> LLMMeter:

@@ -176,6 +176,21 @@ class SelfHost:
 
 
 @dataclass(frozen=True, slots=True)
+class Otel:
+    """OTLP/HTTP export of one span per metered call (docs/otel.md); off while `endpoint` is None."""
+
+    endpoint: str | None = None  # the collector's base URL; /v1/traces is appended
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # may carry a collector's key
+    service_name: str = "llmmeter"
+    sample_ratio: float = 1.0
+    queue_size: int = 2048  # spans held for export; past it the oldest are dropped and counted
+
+    @property
+    def enabled(self) -> bool:
+        return self.endpoint is not None
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     host: str = "127.0.0.1"
     port: int = 8080
@@ -209,6 +224,7 @@ class Settings:
     budgets: tuple[Budget, ...] = ()
     model_limits: tuple[ModelLimit, ...] = ()
     reconcile: Mapping[str, ReconcileSource] = field(default_factory=lambda: dict(RECONCILE_DEFAULTS))
+    otel: Otel = Otel()
     config_file: Path | None = None
 
     @property
@@ -239,6 +255,7 @@ _SCHEMA: dict[str, set[str]] = {
                  "node_decode_tokens_per_s", "node", "equivalent"},
     "budget": {"monthly_usd"},
     "reconcile": {"openai", "anthropic"},
+    "otel": {"endpoint", "headers", "service_name", "sample_ratio", "queue_size"},
 }
 _RECONCILE_KEYS = {"admin_key_env", "base_url", "project_ids", "api_key_ids", "workspace_ids", "upstreams"}
 _ARRAYS: dict[str, set[str]] = {
@@ -502,6 +519,7 @@ def _build(raw: dict[str, Any], src: _Source, origins: Mapping[tuple[str, str | 
         reconcile=_reconcile(c, tables["reconcile"]),
         budgets=_budgets(c, budget_array, {t.name for t in tenants}),
         model_limits=_model_limits(c, arrays["model_limit"]),
+        otel=_otel(c, tables["otel"]),
         config_file=src.path,
     )
     if s.workers > 1 and any(b.enforced for b in s.budgets) and not s.ledger_url.lower().startswith("postgres"):
@@ -978,6 +996,36 @@ def _equivalents(c: _Checker, items: object) -> tuple[tuple[str, tuple[str, ...]
                        "(e.g. \"together:moonshotai/Kimi-K3.1-Pro\")")
         out[model] = tuple(entries)
     return tuple(out.items())
+
+
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")  # RFC 9110 5.6.2 token
+MAX_OTEL_QUEUE = 1_000_000
+
+
+def _otel(c: _Checker, d: Mapping[str, Any]) -> Otel:
+    endpoint = c.opt_str("otel", d, "endpoint")
+    if endpoint is not None and not re.match(r"https?://[^/\s]+", endpoint):
+        c.fail("otel", "endpoint", 0, f"endpoint must be an http:// or https:// URL, got {endpoint!r}")
+        endpoint = None
+    headers: list[tuple[str, str]] = []
+    raw = d.get("headers", {})
+    if not isinstance(raw, dict):
+        c.fail("otel", "headers", 0, 'headers must be a table of strings, e.g. headers = { "x-api-key" = "..." }')
+        raw = {}
+    for name, value in raw.items():
+        if not _HEADER_NAME.match(name) or not isinstance(value, str) or _CONTROL_RE.search(value):
+            # The value is not repeated: it may be a collector's key.
+            c.fail("otel", "headers", 0, f"headers: {name!r} must be a header name with a string value "
+                   "without control characters")
+            continue
+        headers.append((name.lower(), value))
+    ratio = d.get("sample_ratio", 1.0)
+    if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 <= ratio <= 1:
+        c.fail("otel", "sample_ratio", 0, f"sample_ratio must be a number from 0 to 1, got {ratio!r}")
+        ratio = 1.0
+    return Otel(endpoint=endpoint, headers=tuple(headers),
+                service_name=c.str_("otel", d, "service_name", "llmmeter"), sample_ratio=float(ratio),
+                queue_size=c.int_("otel", d, "queue_size", 2048, lo=1, hi=MAX_OTEL_QUEUE))
 
 
 def _opt_path(s: str | None) -> Path | None:

@@ -47,6 +47,11 @@ def startup_lines(settings: Settings, book: PriceBook, journal_dir: Path, now: d
     yield (f"proxy keys {'required (' + str(keyed) + ' tenants)' if s.keys_required else 'off'}; "
            f"budgets {shown or 'off'}; "
            f"metrics token {'on' if s.metrics_token else 'off'}")
+    o = s.otel
+    if o.endpoint is not None:  # its headers may hold a collector's key: only their names
+        headers = f", headers {', '.join(name for name, _ in o.headers)}" if o.headers else ""
+        yield (f"otel: spans and GenAI metrics to {without_credentials(o.endpoint)} as {o.service_name}, "
+               f"sampling {o.sample_ratio:g}, queue {o.queue_size}{headers}")
 
 
 def without_credentials(url: str) -> str:

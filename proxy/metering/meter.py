@@ -42,6 +42,16 @@ class Journal(Protocol):
     def append(self, record: Record) -> None: ...
 
 
+class Spans(Protocol):
+    """Where a call's trace spans are made (proxy/otel/export.py), when export is on."""
+
+    def begin(self, ex: Exchange, headers: list[tuple[str, str]]) -> list[tuple[str, str]]: ...
+
+    def end(self, ex: Exchange, rec: Record) -> None: ...
+
+    def close(self) -> None: ...
+
+
 def new_id() -> str:
     """Time-ordered ids keep the ledger's primary-key index append-only. The random half
     comes from `random` (seeded from os.urandom, reseeded after fork): uniqueness is all an
@@ -78,6 +88,7 @@ class Exchange:
     budget: str | None = None  # the budget that refused the request
     flags: tuple[str, ...] = ()  # what the relay knows about the request before any usage
     recorded: bool = False  # its record was made (and carries any reservation to its settlement)
+    trace: Any = None  # its spans while it is in flight, when OpenTelemetry export is on (proxy/otel)
 
 
 def clean_tag(value: str | None) -> str | None:
@@ -94,8 +105,9 @@ class Meter:
     def __init__(self, book: PriceBook, estimator: Estimator, workloads: Workloads,
                  journal: Journal, metrics: Metrics, from_total: frozenset[str] = frozenset(),
                  calibration: Calibration | None = None,
-                 honoured_tiers: Mapping[str, frozenset[str]] | None = None) -> None:
+                 honoured_tiers: Mapping[str, frozenset[str]] | None = None, spans: Spans | None = None) -> None:
         self.book, self.estimator, self.workloads = book, estimator, workloads
+        self.spans = spans
         self.journal, self.metrics = journal, metrics
         self.from_total = from_total  # upstreams whose hidden_output is "from_total"
         # upstream -> tiers it honours when a request asks, even when its answer does not say so
@@ -211,6 +223,8 @@ class Meter:
         self.journal.append(rec)
         ex.recorded = True
         self.metrics.observe(rec, priced, ex.overhead_s)
+        if ex.trace is not None and self.spans is not None:
+            _end_spans(self.spans, ex, rec)
         return rec
 
     def record_batch(self, ex: Exchange, observed: Observed, flags: tuple[str, ...] = (),
@@ -286,6 +300,13 @@ class Meter:
 
 
 _PROMPTED = frozenset({"chat", "completions", "responses", "messages"})  # where a template wraps the prompt
+
+
+def _end_spans(spans: Spans, ex: Exchange, rec: Record) -> None:
+    try:
+        spans.end(ex, rec)
+    except Exception:  # tracing must never cost a client its answer
+        log.exception("request %s: its trace spans could not be ended", ex.id)
 
 
 def _key(ex: Exchange, observed: Observed) -> Key:

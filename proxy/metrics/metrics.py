@@ -101,6 +101,9 @@ class Metrics:
                                 OVERHEAD_BUCKETS, shared)
         self.upstream_errors = Counter("llmmeter_upstream_errors", "Upstream failures",
                                        ["upstream", "kind"], registry=r)
+        # Spans the OpenTelemetry export dropped with its queue full (docs/otel.md); 0 while it is off.
+        self.otel_dropped_spans = Counter("llmmeter_otel_dropped_spans",
+                                          "Trace spans dropped because the export queue was full", registry=r)
         self.pool_waiting = Gauge("llmmeter_upstream_pool_waiting",
                                   "Requests waiting for a connection to their upstream (max_connections)",
                                   ["upstream"], registry=r, multiprocess_mode="livesum")

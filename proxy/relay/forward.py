@@ -105,6 +105,8 @@ class Forwarder:
 
     async def _open(self, ex: Exchange, out: Outbound, send: Send) -> Response | None:
         """The upstream's response head, or None when the client got an error instead."""
+        if self.meter.spans is not None:
+            out.headers = self.meter.spans.begin(ex, out.headers)  # the upstream's parent: llmmeter's span
         ex.overhead_s += time.perf_counter() - ex.t0
         name = out.client.upstream.name
         try:
