@@ -1,8 +1,10 @@
 """The report's numbers, from the database's hourly sums (SPEC "Monthly report").
 
-The database sums per UTC hour and attribution key; everything else (local days and
-hours, what-ifs, forecast, break-even) folds those few thousand rows in Python, once,
-into a typed `Report` that every format renders. Money stays in integer 10^-10 USD.
+The database groups the hourly rollup twice: per UTC hour, model, tier, upstream and band
+(what local days and hours, bands, what-ifs, forecast and break-even need) and per tenant,
+tag and workload (the attribution breakdowns, which need no hour). Python folds those few
+thousand rows once into a typed `Report` that every format renders; how many requests the
+month holds does not change their number. Money stays in integer 10^-10 USD.
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ from proxy.report.unpriced import unpriced_estimated
 from proxy.settings import Budget, SelfHost
 from proxy.times import utc
 
+# The two groupings of the rollup the report reads (store.grouped_rows).
+BY_HOUR = ("hour", "model", "unpriced_model", "tier", "upstream", "metered", "price_band")
+BY_ATTRIBUTION = ("tenant", "tag", "workload", "metered")
 _WORKLOAD_WORDS = {"short": "short", "medium": "medium", "long": "long-document", "very_long": "very-long-document"}
 
 
@@ -75,12 +80,13 @@ def month_range(month: str, tz: ZoneInfo) -> tuple[datetime, datetime]:
 
 def build_report(store: Store, inp: ReportInput) -> Report:
     start, end = month_range(inp.month, inp.tz)
-    rows = store.hourly_rows(start, end, inp.tenant)
+    rows = store.grouped_rows(start, end, inp.tenant, BY_HOUR)
+    attributed = store.grouped_rows(start, end, inp.tenant, BY_ATTRIBUTION)
     whole = total(rows)
     units = whole.cost_units
     estimated = sum(row.estimated for row in rows)
     percentiles = store.input_side_percentiles(start, end, inp.tenant, (50, 95))
-    by_workload = _workloads(rows, inp.workload_bounds, units)
+    by_workload = _workloads(attributed, inp.workload_bounds, units)
     hourly = _hourly(rows, inp.tz)
     reprice = None
     if inp.reprice_at is not None:
@@ -96,12 +102,14 @@ def build_report(store: Store, inp: ReportInput) -> Report:
         by_model=tuple(ModelRow(m, t, u, s, share) for (m, t, u), s, share
                        in _by(rows, lambda g: (g.model, g.tier, g.upstream), units, metered_only=True)),
         by_tenant=tuple(TenantRow(t, s, share, *percentiles.get(t, [0, 0]))
-                        for (t,), s, share in _by(rows, lambda g: (g.tenant,), units)),
+                        for (t,), s, share in _by(attributed, lambda g: (g.tenant,), units)),
         by_tag=tuple(TagRow(t, s, share)
-                     for (t,), s, share in _by(rows, lambda g: (g.tag or "untagged",), units, metered_only=True)),
+                     for (t,), s, share in _by(attributed, lambda g: (g.tag or "untagged",), units,
+                                               metered_only=True)),
         by_workload=by_workload,
         by_tag_workload=tuple(TagWorkloadRow(t, w, s, share) for (t, w), s, share
-                              in _by(rows, lambda g: (g.tag or "untagged", g.workload), units, metered_only=True)),
+                              in _by(attributed, lambda g: (g.tag or "untagged", g.workload), units,
+                                     metered_only=True)),
         by_band=_bands(rows, units),
         workload_summary=workload_summary(by_workload),
         daily=_daily(rows, start, end, inp.tz),

@@ -22,6 +22,7 @@ from tests.serve import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 NEXT = load("sqlite")[-1].version + 1  # the version a newer llmmeter would have added
+SHIPPED = [m.version for m in load("sqlite")]
 
 
 def execute(url: str, sql: str) -> None:
@@ -49,7 +50,7 @@ def versions(url: str) -> list[int]:
 
 
 def upgraded_by_a_newer_build(url: str) -> None:
-    assert open_store(url).migrate() == len(load("sqlite"))
+    assert open_store(url).migrate() == len(SHIPPED)
     execute(url, f"INSERT INTO schema_migrations (version, name) VALUES ({NEXT}, 'from_the_future')")
 
 
@@ -64,7 +65,7 @@ def test_a_ledger_with_an_unknown_migration_is_refused_and_its_journal_kept(
 
     with pytest.raises(LedgerTooNew, match=f"schema migration\\(s\\) {NEXT:03d}, newer than this llmmeter knows"):
         Ledger(db_url, journal_dir=journal).start()
-    assert versions(db_url) == [*(m.version for m in load("sqlite")), NEXT]  # nothing applied on top, nothing undone
+    assert versions(db_url) == [*SHIPPED, NEXT]  # nothing applied on top, nothing undone
     assert segment.exists()  # not replayed into a ledger this build cannot keep right
 
     # Once a build that knows the version runs (here: the row is taken away), the record lands.
@@ -92,4 +93,4 @@ def test_the_commands_say_why_they_refuse(db_url: str, tmp_path: Path) -> None:
                      cwd=tmp_path)
     assert serve.returncode == 3  # uvicorn: the application failed to start
     assert f"schema migration(s) {NEXT:03d}, newer than this llmmeter knows" in serve.stderr
-    assert versions(db_url) == [*(m.version for m in load("sqlite")), NEXT]
+    assert versions(db_url) == [*SHIPPED, NEXT]

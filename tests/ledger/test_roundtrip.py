@@ -63,8 +63,8 @@ def test_table_has_one_column_per_record_field(tmp_path: Path, db_url: str, ledg
         con.close()
     assert cols == list(COLUMNS)  # in the table's order: 005's cost_carry before 007's columns
     assert sorted(COLUMNS) == sorted([*(f.name for f in fields(Record)), "cost_carry"])
-    assert versions == [m.version for m in load("sqlite")] == list(range(1, 14)) and mode == "wal"
-    assert {"requests_start", "requests_tenant_start"} <= indexes
+    assert versions == [m.version for m in load("sqlite")] == list(range(1, 15)) and mode == "wal"
+    assert {"requests_start", "requests_tenant_start", "requests_uncertain"} <= indexes
 
 
 def test_migrations_run_once(db_url: str) -> None:

@@ -25,7 +25,8 @@ MAX_FEE_CALLS (10^5) a record. The band a record was priced at is part of the ro
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from collections.abc import Iterable
+from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from operator import itemgetter
@@ -168,6 +169,15 @@ class HourlyRow:
             provider_costed=exact(row["provider_costed"]),
         )
 
+    @classmethod
+    def from_grouped(cls, row: Row, split: int) -> HourlyRow:
+        """A row of grouped_sql (proxy/ledger/store/sql.py): each sum from its two parts (`<name>_hi`
+        times `split` plus `<name>_lo`), then as from_sums reads it."""
+        sums: dict[str, Any] = {k: row[k] for k in _KEYS}
+        for name, as_named in _GROUPED_NAMES.items():
+            sums[as_named] = exact(row[f"{name}_hi"]) * split + exact(row[f"{name}_lo"])
+        return cls.from_sums(sums)
+
     def as_tuple(self) -> tuple[Any, ...]:
         """The positional shape `Store.hourly` has always returned (0/1 for the two flags), with
         version 2's sums appended in field order."""
@@ -176,6 +186,33 @@ class HourlyRow:
                 self.cache_write_tokens, self.output_tokens, self.reasoning_tokens, self.estimated, self.unpriced,
                 self.cost_units, self.price_band, self.cache_write_1h_tokens, self.web_search_calls, self.fee_units,
                 self.provider_cost_units, self.provider_costed)
+
+
+_KEYS = ("hour", "model", "unpriced_model", "tier", "upstream", "tenant", "tag", "workload", "metered", "price_band")
+# The rollup's summed columns by the names from_sums reads (the rollup's cost_units is the rest below a dollar).
+_GROUPED_NAMES = {"requests": "requests", "input_tokens": "input_tokens", "cache_read_tokens": "cache_read_tokens",
+                  "cache_write_tokens": "cache_write_tokens", "output_tokens": "output_tokens",
+                  "reasoning_tokens": "reasoning_tokens", "estimated": "estimated", "unpriced": "unpriced",
+                  "cost_usd": "cost_usd", "cost_units": "cost_rest", "cache_write_1h_tokens": "cache_write_1h_tokens",
+                  "web_search_calls": "web_search_calls", "fee_usd": "fee_usd", "fee_units": "fee_rest",
+                  "provider_cost_usd": "provider_cost_usd", "provider_cost_units": "provider_cost_rest",
+                  "provider_costed": "provider_costed"}
+_BLANK: dict[str, Any] = {"hour": 0, "model": "", "unpriced_model": False, "tier": "", "upstream": "", "tenant": "",
+                          "tag": "", "workload": "", "metered": False, "price_band": 0}
+_SUMMED = tuple(f.name for f in fields(HourlyRow) if f.name not in _BLANK)
+
+
+def fold(rows: Iterable[HourlyRow], keys: tuple[str, ...]) -> list[HourlyRow]:
+    """Rows added up per value of `keys`, the other keys blank (0, "" or False), as grouped_sql
+    reads them: how the range's partial hours join the rollup's grouped rows."""
+    blank = {k: v for k, v in _BLANK.items() if k not in keys}
+    out: dict[tuple[Any, ...], HourlyRow] = {}
+    for row in rows:
+        row = replace(row, **blank)
+        key = tuple(getattr(row, k) for k in _KEYS)
+        have = out.get(key)
+        out[key] = row if have is None else replace(have, **{f: getattr(have, f) + getattr(row, f) for f in _SUMMED})
+    return list(out.values())
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,6 +59,31 @@ SELECT hour, model, unpriced_model, tier, upstream, tenant, tag, workload, meter
        provider_cost_usd, provider_cost_units AS provider_cost_rest, provider_costed
 FROM hourly_rollup WHERE {where}
 """
+# The rollup's sums grouped by some of its keys, the others read as a constant (store.grouped_rows):
+# the report folds a few hundred such rows, not one per hour and key. A rollup row's sums each fit
+# a BIGINT, but a month of them might not (SQLite's SUM raises), so each is summed in two parts
+# split at GROUP_SPLIT that each fit for 9 x 10^9 rollup rows; Python joins them exactly.
+GROUP_KEYS = ("hour", "model", "unpriced_model", "tier", "upstream", "tenant", "tag", "workload", "metered",
+              "price_band")
+_KEY_CONSTANTS = {"hour": "0", "model": "''", "unpriced_model": "0", "tier": "''", "upstream": "''", "tenant": "''",
+                  "tag": "''", "workload": "''", "metered": "0", "price_band": "0"}
+GROUP_SUMS = ("requests", "input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens",
+              "reasoning_tokens", "estimated", "unpriced", "cost_usd", "cost_units", "cache_write_1h_tokens",
+              "web_search_calls", "fee_usd", "fee_units", "provider_cost_usd", "provider_cost_units", "provider_costed")
+GROUP_SPLIT = 10**9
+
+
+def grouped_sql(keys: tuple[str, ...]) -> str:
+    """GROUP BY `keys` (names from GROUP_KEYS, never from input) over the rollup, `{where}` left to fill."""
+    unknown = [k for k in keys if k not in GROUP_KEYS]
+    if unknown or not keys:
+        raise ValueError(f"group the rollup by some of {GROUP_KEYS}, not {keys!r}")
+    select = ", ".join(k if k in keys else f"{_KEY_CONSTANTS[k]} AS {k}" for k in GROUP_KEYS)
+    sums = ", ".join(f"SUM({c} / {GROUP_SPLIT}) AS {c}_hi, SUM({c} - {c} / {GROUP_SPLIT} * {GROUP_SPLIT}) AS {c}_lo"
+                     for c in GROUP_SUMS)
+    return f"SELECT {select}, {sums} FROM hourly_rollup WHERE {{where}} GROUP BY {', '.join(keys)}"
+
+
 # Month-to-date spend per tenant from the rollup, per hour: Python adds the hours up.
 TENANT_COST_SQL = """
 SELECT tenant, hour, SUM(cost_usd) AS cost_usd, SUM(cost_units) AS cost_rest FROM hourly_rollup WHERE {where}
