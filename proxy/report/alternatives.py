@@ -117,3 +117,34 @@ def _start_date(model: Any, at: datetime) -> date | None:
         if day <= at.date() and (best is None or day > best):
             best = day
     return best
+
+
+@dataclass(frozen=True, slots=True)
+class ModelAlternatives:
+    """One model's month at the API beside the same traffic at each equivalent provider."""
+
+    model: str
+    tokens: Tokens
+    api_cost_units: int  # as billed in the ledger, 10^-10 USD (priced requests only)
+    api_unpriced_requests: int  # requests the ledger could not price: api_cost_units is then a lower bound
+    rows: tuple[Alternative, ...]
+
+
+def alternatives_for(by_model: Iterable[Any], configured: Sequence[tuple[str, tuple[str, ...]]],
+                     self_hosted: frozenset[str], at: datetime) -> tuple[ModelAlternatives, ...]:
+    """For each model with equivalents (the configured ones, else the shipped ones) that has API
+    traffic in `by_model` (the report's ModelRow rows, self-hosted upstreams left out): its tokens of
+    every tier, what the API billed for them, and the equivalents priced for those tokens."""
+    equivalents = dict(configured) if configured else dict(DEFAULT_EQUIVALENTS)
+    tokens: dict[str, Tokens] = {}
+    billed: dict[str, tuple[int, int]] = {}
+    for row in by_model:
+        if row.model not in equivalents or row.upstream in self_hosted:
+            continue
+        u = row.usage
+        tokens[row.model] = tokens.get(row.model, Tokens()) + Tokens(
+            u.input_tokens, u.cache_read_tokens, u.cache_write_tokens + u.cache_write_1h_tokens, u.output_tokens)
+        units, unpriced = billed.get(row.model, (0, 0))
+        billed[row.model] = (units + u.cost_units, unpriced + u.unpriced_requests)
+    return tuple(ModelAlternatives(m, tokens[m], *billed[m], tuple(price_alternatives(tokens[m], equivalents[m], at)))
+                 for m in sorted(tokens))

@@ -10,7 +10,7 @@ month holds does not change their number. Money stays in integer 10^-10 USD.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Context, Decimal, localcontext
 from zoneinfo import ZoneInfo
@@ -21,6 +21,8 @@ from pricing.model import Price
 from proxy.errors import ConfigError
 from proxy.ledger.store import HourlyRow, Store
 from proxy.protocol.names import WORKLOADS
+from proxy.report.alternatives import alternatives_for
+from proxy.report.alternatives import available as alternatives_available
 from proxy.report.breakeven import self_hosting
 from proxy.report.budgets import budget_rows
 from proxy.report.groups import total, usage
@@ -93,7 +95,7 @@ def build_report(store: Store, inp: ReportInput) -> Report:
         at = inp.reprice_at
         reprice = Reprice(at=utc(at), cost_units=sum(Repricer(inp.book)(row, row.tier, at) for row in rows))
     load = load_by_minute(store, start, end, inp.now, inp.tz, inp.tenant)
-    return Report(
+    report = Report(
         month=inp.month, timezone=inp.tz.key, tenant=inp.tenant, generated_at=utc(inp.now),
         totals=Totals(whole, estimated, sum(row.unpriced for row in rows)),
         cache_hit_rate=whole.cache_hit_rate,
@@ -127,6 +129,12 @@ def build_report(store: Store, inp: ReportInput) -> Report:
         slo=tuple(store.slo(start, end, inp.tenant)),
         pruned_months=tuple(store.pruned_months(start, end)),
     )
+    # The same traffic at other providers, priced at the month's end (or now, in a month in progress).
+    at = min(end, inp.now).astimezone(UTC)
+    report = replace(report, alternatives=alternatives_for(report.by_model, inp.selfhost.equivalents,
+                                                           inp.self_hosted_upstreams, at),
+                     alternatives_priced=alternatives_available())
+    return report
 
 
 def _bands(rows: list[HourlyRow], total_units: int) -> tuple[BandRow, ...]:

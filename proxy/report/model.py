@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 
 from proxy.ledger.store.slo import SloRow
+from proxy.report.alternatives import ModelAlternatives
 from proxy.report.load import LoadByMinute
 from proxy.report.nodes import NodeNeed
 
@@ -290,3 +291,5 @@ class Report:
     nodes: tuple[NodeNeed, ...] = ()  # per node profile (proxy/report/nodes.py)
     slo: tuple[SloRow, ...] = ()  # the API's measured speed by model, tier and context band
     pruned_months: tuple[str, ...] = ()  # UTC months of the report whose per-request rows were pruned
+    alternatives: tuple[ModelAlternatives, ...] = ()  # the same model at other providers (alternatives.py)
+    alternatives_priced: bool = True  # False: genai-prices (llmmeter[prices]) is not installed

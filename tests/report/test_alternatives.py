@@ -4,11 +4,16 @@ categories (an independent computation: the price fields, not calc_price)."""
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 from datetime import UTC, datetime
 from decimal import Decimal
+from typing import Any
 
 import pytest
 
+from proxy.report import render
 from proxy.report.alternatives import DEFAULT_EQUIVALENTS, Tokens, available, parse_equivalent, price_alternatives
 from tests.strict import require
 
@@ -66,3 +71,34 @@ def test_an_entry_must_be_provider_and_model(bad: str) -> None:
     with pytest.raises(ValueError, match="provider_id:model"):
         parse_equivalent(bad)
     assert parse_equivalent("openrouter:moonshotai/kimi-k3.1-pro") == ("openrouter", "moonshotai/kimi-k3.1-pro")
+
+
+# --- in the report: the seeded month (tests/report/conftest.py) -------------------------------------
+
+
+def test_the_report_prices_each_models_month_at_its_equivalents(build: Any) -> None:
+    require(available(), "genai-prices (llmmeter[prices]) is not installed")
+    r = build("complete-utc")
+    rows = [x for x in r.by_model if x.model == "kimi-k3.1-pro"]
+    assert rows, "the seeded month has Kimi K3.1 Pro traffic"
+    [kimi] = [m for m in r.alternatives if m.model == "kimi-k3.1-pro"]
+    # Every tier of the model's API traffic, summed independently of the module.
+    assert kimi.tokens == Tokens(sum(x.usage.input_tokens for x in rows), sum(x.usage.cache_read_tokens for x in rows),
+                                 sum(x.usage.cache_writes for x in rows), sum(x.usage.output_tokens for x in rows))
+    assert kimi.api_cost_units == sum(x.usage.cost_units for x in rows)
+    assert [(a.provider, a.cost_usd) for a in kimi.rows] == \
+        [(a.provider, a.cost_usd) for a in price_alternatives(kimi.tokens, DEFAULT_EQUIVALENTS["kimi-k3.1-pro"],
+                                                              datetime(2026, 12, 1, tzinfo=UTC))]
+    d = json.loads(render(r, "json"))
+    assert {x["provider"] for x in d["alternatives"] if x["model"] == "kimi-k3.1-pro"} == \
+        {e.split(":")[0] for e in DEFAULT_EQUIVALENTS["kimi-k3.1-pro"]}
+    first = d["alternatives"][0]
+    assert set(first) >= {"provider", "provider_model", "cost_usd", "missing_categories", "price_date"}
+    assert Decimal(first["cost_usd"]) == kimi.rows[0].cost_usd  # exact, as a decimal string
+    assert "## The same model elsewhere" in render(r, "md")
+    assert any(row[0] == "alternatives" for row in csv.reader(io.StringIO(render(r, "csv"))))
+
+
+def test_traffic_to_a_self_hosted_upstream_is_not_priced_elsewhere(build: Any) -> None:
+    # In the "selfhosted" variant every Moonshot call went to a self-hosted upstream: nothing to compare.
+    assert all(m.model != "kimi-k3.1-pro" or m.tokens == Tokens() for m in build("selfhosted").alternatives)

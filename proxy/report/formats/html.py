@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from proxy.report.formats.alternatives import alternatives_table
 from proxy.report.formats.charts import Chart, all_charts
 from proxy.report.formats.load_tables import load_table, nodes_table, slo_table
 from proxy.report.formats.svg import esc, legend
@@ -78,7 +79,8 @@ def render_html(r: Report) -> str:
              "<h2>What if</h2>", _table(tables["what_if"]),
              "<h2>Self-hosting</h2>", _figure(charts["breakeven"]), _table(tables["self_hosting"]),
              _table(tables["assumptions"]), _table(load_table(r.load_by_minute)), _table_or_note(nodes_table(r.nodes)),
-             _table_or_note(slo_table(r.slo))]
+             _table_or_note(slo_table(r.slo)),
+             _table_or_note(alternatives_table(r.alternatives, r.alternatives_priced))]
     return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{esc(title)}</title>'
             f"<style>{_CSS}</style></head>\n<body><main>\n" + "\n".join(body) + "\n</main></body></html>\n")
