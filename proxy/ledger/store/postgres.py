@@ -39,9 +39,18 @@ _CREATE_STAGING = f"CREATE TEMP TABLE IF NOT EXISTS {_STAGING} (ord INTEGER NOT 
 _COPY = f"COPY {_STAGING} (ord, {_COLS}) FROM STDIN"
 # In id order, so two writers that insert some of the same ids (a replay beside live
 # traffic) wait for each other in one order and never deadlock; of two rows with one id
-# in a batch the first is kept, as in SQLite.
-_MOVE = (f"INSERT INTO requests ({_COLS}) SELECT {_COLS} FROM {_STAGING} ORDER BY id COLLATE \"C\", ord "
-         "ON CONFLICT (id, start) DO NOTHING")  # migration 012: the partitioned table's key holds start
+# in a batch the first is kept, as in SQLite. The partitioned table's key is (id, start)
+# (migration 012), so a record id already in the ledger under another start is skipped here:
+# a batch result's id comes from its batch and line, and a second download of the file
+# brings it again with a later start, which must bill nothing.
+_MOVE = (f"INSERT INTO requests ({_COLS}) SELECT DISTINCT ON (id COLLATE \"C\") {_COLS} FROM {_STAGING} s "
+         "WHERE NOT EXISTS (SELECT 1 FROM requests r WHERE r.id = s.id) ORDER BY id COLLATE \"C\", ord "
+         "ON CONFLICT (id, start) DO NOTHING")
+# Two writers importing one batch line at once (two replicas, each serving a download) would
+# each find its id absent: they take turns on a lock per such id, in id order, before moving.
+_ID_LOCK = int.from_bytes(b"llid", "big")
+_LOCK_DERIVED = (f"SELECT pg_advisory_xact_lock({_ID_LOCK}, hashtext(id)) FROM (SELECT DISTINCT id COLLATE \"C\" "
+                 f"AS id FROM {_STAGING} WHERE endpoint = 'batch' ORDER BY 1) derived")
 _FETCH = 1024
 _START = COLUMNS.index("start")
 # Migrations from several replicas starting at once take turns on this advisory lock
@@ -238,6 +247,8 @@ class PostgresWriter:
                 with cur.copy(_COPY) as copy:
                     for i, row in enumerate(rows):
                         copy.write_row((i, *row))
+                if any(r.endpoint == "batch" for r in records):
+                    cur.execute(_LOCK_DERIVED.encode())
                 if not any(r.budget_leases for r in records):
                     cur.execute(_MOVE)
                     return cur.rowcount
