@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from proxy.report.formats.charts import Chart, all_charts
+from proxy.report.formats.curve import curve_svg, curve_table
 from proxy.report.formats.load_tables import load_table, nodes_table, slo_table
 from proxy.report.formats.svg import esc, legend
 from proxy.report.formats.tables import Table, report_tables
@@ -79,9 +80,18 @@ def render_html(r: Report) -> str:
              "<h2>Self-hosting</h2>", _figure(charts["breakeven"]), _table(tables["self_hosting"]),
              _table(tables["assumptions"]), _table(load_table(r.load_by_minute)), _table_or_note(nodes_table(r.nodes)),
              _table_or_note(slo_table(r.slo))]
+    body += [_curve(r), _table_or_note(curve_table(r.cost_curve))]
     return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{esc(title)}</title>'
             f"<style>{_CSS}</style></head>\n<body><main>\n" + "\n".join(body) + "\n</main></body></html>\n")
+
+
+def _curve(r: Report) -> str:
+    """The cost curve's chart, or one sentence on why there is none."""
+    svg, names, note = curve_svg(r.cost_curve)
+    if not svg:
+        return f'<p class="note" data-chart="cost-curve">{esc(note)}</p>'
+    return _figure(Chart("cost-curve", "Cost per million tokens by utilisation", svg, names, note))
 
 
 def _cards(r: Report) -> str:

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from pricing import format_usd
+from proxy.report.formats.curve import curve_dict
 from proxy.report.formats.load import load_dict, node_dict, slo_dict
 from proxy.report.model import (
     BudgetRow,
@@ -59,6 +60,7 @@ def report_dict(r: Report) -> dict[str, Any]:
     d["load_by_minute"] = load_dict(r.load_by_minute)
     d["nodes"] = [node_dict(x) for x in r.nodes]
     d["slo"] = [slo_dict(x) for x in r.slo]
+    d["cost_curve"] = curve_dict(r.cost_curve)
     if r.pruned_months:  # retention: what the rollups still give, and what needed the deleted rows
         d["pruned_months"] = {"months": list(r.pruned_months), "unavailable": list(NEED_ROWS)}
     return d

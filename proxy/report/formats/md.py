@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from proxy.report.formats.curve import curve_table
 from proxy.report.formats.load_tables import load_table, nodes_table, slo_table
 from proxy.report.formats.tables import Table, peak_to_offpeak_words, report_tables
 from proxy.report.model import Report
@@ -45,6 +46,7 @@ def render_md(r: Report) -> str:
         parts += _section(tables["budgets"])
     parts += _section(tables["what_if"])
     parts += _section(load_table(r.load_by_minute)) + _section(nodes_table(r.nodes)) + _section(slo_table(r.slo))
+    parts += _section(curve_table(r.cost_curve))
     parts += ["## Self-hosting", "", r.self_hosting.summary, "", _table(tables["self_hosting"]), "",
               _table(tables["assumptions"]), ""]
     return "\n".join(parts)
