@@ -24,6 +24,7 @@ from proxy.protocol.names import WORKLOADS
 from proxy.report.breakeven import self_hosting
 from proxy.report.budgets import budget_rows
 from proxy.report.curve import api_traffic, cost_curve
+from proxy.report.decision import decision
 from proxy.report.groups import total, usage
 from proxy.report.load import load_by_minute
 from proxy.report.model import (
@@ -94,8 +95,11 @@ def build_report(store: Store, inp: ReportInput) -> Report:
         at = inp.reprice_at
         reprice = Reprice(at=utc(at), cost_units=sum(Repricer(inp.book)(row, row.tier, at) for row in rows))
     load = load_by_minute(store, start, end, inp.now, inp.tz, inp.tenant)
-    curve = cost_curve(load, nodes_needed(load, profiles(inp.selfhost)), inp.selfhost,
-                       *api_traffic(rows, inp.self_hosted_upstreams))
+    needs = nodes_needed(load, profiles(inp.selfhost))
+    api_units, api_tokens = api_traffic(rows, inp.self_hosted_upstreams)
+    curve = cost_curve(load, needs, inp.selfhost, api_units, api_tokens)
+    # The cheapest other provider is not priced here yet: the decision leaves that option out.
+    choices = decision(api_units, load, needs, inp.selfhost, None)
     return Report(
         month=inp.month, timezone=inp.tz.key, tenant=inp.tenant, generated_at=utc(inp.now),
         totals=Totals(whole, estimated, sum(row.unpriced for row in rows)),
@@ -129,6 +133,7 @@ def build_report(store: Store, inp: ReportInput) -> Report:
         load_by_minute=load, nodes=nodes_needed(load, profiles(inp.selfhost)),
         slo=tuple(store.slo(start, end, inp.tenant)),
         cost_curve=curve,
+        decision=choices,
         pruned_months=tuple(store.pruned_months(start, end)),
     )
 

@@ -16,6 +16,7 @@ from proxy.report.nodes import NodeNeed
 
 if TYPE_CHECKING:  # curve.py reads Usage through groups.py: imported for the annotation only
     from proxy.report.curve import CostCurve
+    from proxy.report.decision import Option
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,4 +295,5 @@ class Report:
     nodes: tuple[NodeNeed, ...] = ()  # per node profile (proxy/report/nodes.py)
     slo: tuple[SloRow, ...] = ()  # the API's measured speed by model, tier and context band
     cost_curve: CostCurve | None = None  # self-hosted against the API by utilisation; None: no node profile
+    decision: tuple[Option, ...] = ()  # keep the API, another provider, or self-host (proxy/report/decision.py)
     pruned_months: tuple[str, ...] = ()  # UTC months of the report whose per-request rows were pruned

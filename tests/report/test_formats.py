@@ -21,7 +21,7 @@ SPEC_KEYS = ["month", "timezone", "tenant", "generated_at", "totals", "cache_hit
              "unpriced_models", "by_model", "by_tenant", "by_tag", "by_workload", "by_tag_workload", "by_band",
              "workload_summary", "daily", "hourly_profile", "peak_to_offpeak_ratio", "speed", "unpriced_estimated",
              "budgets", "forecast", "what_if", "self_hosting", "load_by_minute", "nodes", "slo",
-             "cost_curve"]
+             "cost_curve", "decision"]
 HOSTILE = '=HYPERLINK("http://evil","x")'
 
 

@@ -12,7 +12,7 @@ from tests.report.dom import Page
 
 TABLES = {"by_model", "totals", "by_tenant", "by_tag", "by_workload", "by_tag_workload", "daily", "what_if",
           "self_hosting", "assumptions", "by_band", "speed", "unpriced_estimated", "load_by_minute", "nodes",
-          "cost_curve"}
+          "cost_curve", "decision"}
 CHARTS = ["daily-cost", "token-mix", "cache-by-day", "tag-workload", "hourly", "breakeven", "cost-curve"]
 
 

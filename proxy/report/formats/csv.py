@@ -19,14 +19,14 @@ from proxy.report.model import Report
 SECTIONS: tuple[str, ...]  # widened below by the sections added after slo
 SECTIONS = ("totals", "by_model", "by_tenant", "by_tag", "by_workload", "by_tag_workload", "daily", "hourly",
             "by_band", "speed", "budgets", "unpriced_estimated", "load_by_minute", "nodes", "slo")
-SECTIONS += ("cost_curve",)
+SECTIONS += ("cost_curve", "decision")
 # Version 3's columns come after every earlier one, so a reader of the earlier layout finds
 # its columns where they were; the new sections' own columns follow them.
 _V3_COLUMNS = ("cache_write_1h_tokens", "web_search_calls", "fees_usd", "provider_cost_usd")
 _V3_SECTIONS = ("by_band", "speed", "budgets", "unpriced_estimated")
 _V4_SECTIONS: tuple[str, ...]
 _V4_SECTIONS = ("load_by_minute", "nodes", "slo")  # their columns after version 3's
-_V4_SECTIONS += ("cost_curve",)
+_V4_SECTIONS += ("cost_curve", "decision")
 # Columns whose text is a number llmmeter wrote: never altered.
 _NUMBERS = frozenset({"cost_usd", "fees_usd", "provider_cost_usd", "limit_usd", "spent_usd", "rejected_cost_usd",
                       "cost_at_nearest_usd"})
@@ -42,7 +42,7 @@ def render_csv(r: Report) -> str:
     tables += [("unpriced_estimated", d["unpriced_estimated"]["models"])]  # a row per model, tier and upstream
     tables += [("load_by_minute", load_rows(d["load_by_minute"])),
                ("nodes", [{k: v for k, v in x.items() if k != "profile"} for x in d["nodes"]]), ("slo", d["slo"])]
-    tables += [("cost_curve", curve_rows(d["cost_curve"]))]
+    tables += [("cost_curve", curve_rows(d["cost_curve"])), ("decision", d["decision"])]
     columns: list[str] = ["section"]
     for name, rows in tables:
         if name not in _V3_SECTIONS + _V4_SECTIONS:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from proxy.report.formats.charts import Chart, all_charts
 from proxy.report.formats.curve import curve_svg, curve_table
+from proxy.report.formats.decision import decision_table, far_from_close
 from proxy.report.formats.load_tables import load_table, nodes_table, slo_table
 from proxy.report.formats.svg import esc, legend
 from proxy.report.formats.tables import Table, report_tables
@@ -64,6 +65,11 @@ def render_html(r: Report) -> str:
         _cards(r),
         f'<p class="summary">{esc(r.self_hosting.summary)}</p>',
     ]
+    if r.decision:  # the decision on the first screen, the detail below it
+        far = far_from_close(r.decision)
+        body.insert(3, _table(decision_table(r.decision)))
+        if far:
+            body.insert(3, f'<p class="summary" data-far="1">{esc(far)}</p>')
     if r.unpriced_models:
         body.append(f'<p class="warn">Unpriced models (their cost is unknown and not in the totals): '
                     f"{esc(', '.join(r.unpriced_models))}.</p>")
