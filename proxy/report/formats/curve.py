@@ -95,7 +95,9 @@ _PER_MTOK = Axis("cost (USD per million tokens)", lambda v: money_decimal(Decima
 def curve_svg(c: CostCurve | None) -> tuple[str, tuple[tuple[str, str], ...], str]:
     """The chart's SVG, legend and note; an empty SVG string when there is nothing to draw."""
     title = "Cost per million tokens: self-hosted by utilisation against the API"
-    if c is None or not c.points or c.api_units_per_mtok is None or c.self_hosted_units_per_mtok_measured is None:
+    if c is None:
+        return "", (), "No node profiles: no curve to draw."
+    if not c.points or c.api_units_per_mtok is None or c.self_hosted_units_per_mtok_measured is None:
         return "", (), "No API tokens or no load this month: no curve to draw."
     api = _dollars(c.api_units_per_mtok)
     own = [(float(p.utilisation) * 100, _dollars(p.self_hosted_units_per_mtok)) for p in c.points]

@@ -96,7 +96,7 @@ def _curve(r: Report) -> str:
     """The cost curve's chart, or one sentence on why there is none."""
     svg, names, note = curve_svg(r.cost_curve)
     if not svg:
-        return f'<p class="note" data-chart="cost-curve">{esc(note)}</p>'
+        return f'<p class="note">{esc(note)}</p>'
     return _figure(Chart("cost-curve", "Cost per million tokens by utilisation", svg, names, note))
 
 
