@@ -12,6 +12,7 @@ each figure rounded half-even once from exact fractions.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -68,11 +69,14 @@ def utilisation(load: LoadByMinute, p: NodeProfile, nodes: int) -> Fraction:
     """The mean over the month's minutes of the largest load ÷ its capacity on `nodes` nodes."""
     if not load.minutes:
         return Fraction(0)
-    total = Fraction(0)
-    for row in load.rows:
-        total += max(Fraction(getattr(row, FIGURES[figure][0]), FIGURES[figure][1] * nodes * getattr(p, capacity))
-                     for _, figure, capacity in LIMITS)
-    return total / load.minutes
+    # Each load ÷ capacity is a minute sum ÷ a constant denominator: over their product the three
+    # are integers, so the month's sum of maxima stays exact without a Fraction per minute.
+    columns = [FIGURES[figure][0] for _, figure, _ in LIMITS]
+    denominators = [FIGURES[figure][1] * nodes * getattr(p, capacity) for _, figure, capacity in LIMITS]
+    common = math.prod(denominators)
+    scale = [common // d for d in denominators]
+    total = sum(max(getattr(row, c) * k for c, k in zip(columns, scale, strict=True)) for row in load.rows)
+    return Fraction(total, common * load.minutes)
 
 
 def cost_curve(load: LoadByMinute, needs: tuple[NodeNeed, ...], sh: SelfHost, api_units: int,
