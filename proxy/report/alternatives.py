@@ -148,3 +148,30 @@ def alternatives_for(by_model: Iterable[Any], configured: Sequence[tuple[str, tu
         billed[row.model] = (units + u.cost_units, unpriced + u.unpriced_requests)
     return tuple(ModelAlternatives(m, tokens[m], *billed[m], tuple(price_alternatives(tokens[m], equivalents[m], at)))
                  for m in sorted(tokens))
+
+
+def cheapest_provider(models: Sequence[ModelAlternatives], api_units: int) -> Alternative | None:
+    """The provider that would cost least for this month's API traffic: the models it serves moved
+    to it (at its cheapest equivalent of each), the rest left on the API as billed. None: no
+    provider priced any model."""
+    best: Alternative | None = None
+    for provider in sorted({a.provider for m in models for a in m.rows if a.cost_usd is not None}):
+        cost, moved = Decimal(0), 0
+        names: list[str] = []
+        missing: set[str] = set()
+        dates: set[date | None] = set()
+        for m in models:
+            priced = [a for a in m.rows if a.provider == provider and a.cost_usd is not None]
+            if not priced:
+                continue
+            a = min(priced, key=lambda x: x.cost_usd or 0)
+            cost += a.cost_usd or 0
+            moved += m.api_cost_units
+            names.append(a.provider_model)
+            missing.update(a.missing_categories)
+            dates.add(a.price_date)
+        total = cost + Decimal(api_units - moved) / 10**10
+        if best is None or total < (best.cost_usd or 0):
+            best = Alternative(provider, ", ".join(names), total, tuple(sorted(missing)),
+                               dates.pop() if len(dates) == 1 else None)
+    return best

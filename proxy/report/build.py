@@ -21,10 +21,12 @@ from pricing.model import Price
 from proxy.errors import ConfigError
 from proxy.ledger.store import HourlyRow, Store
 from proxy.protocol.names import WORKLOADS
-from proxy.report.alternatives import alternatives_for
+from proxy.report.alternatives import alternatives_for, cheapest_provider
 from proxy.report.alternatives import available as alternatives_available
 from proxy.report.breakeven import self_hosting
 from proxy.report.budgets import budget_rows
+from proxy.report.curve import api_traffic, cost_curve
+from proxy.report.decision import decision
 from proxy.report.groups import total, usage
 from proxy.report.load import load_by_minute
 from proxy.report.model import (
@@ -95,6 +97,10 @@ def build_report(store: Store, inp: ReportInput) -> Report:
         at = inp.reprice_at
         reprice = Reprice(at=utc(at), cost_units=sum(Repricer(inp.book)(row, row.tier, at) for row in rows))
     load = load_by_minute(store, start, end, inp.now, inp.tz, inp.tenant)
+    needs = nodes_needed(load, profiles(inp.selfhost))
+    api_units, api_tokens = api_traffic(rows, inp.self_hosted_upstreams)
+    curve = cost_curve(load, needs, inp.selfhost, api_units, api_tokens)
+    choices = decision(api_units, load, needs, inp.selfhost, None)  # the provider option comes below
     report = Report(
         month=inp.month, timezone=inp.tz.key, tenant=inp.tenant, generated_at=utc(inp.now),
         totals=Totals(whole, estimated, sum(row.unpriced for row in rows)),
@@ -127,14 +133,16 @@ def build_report(store: Store, inp: ReportInput) -> Report:
                                               any(row.unpriced or row.estimated for row in rows)),
         load_by_minute=load, nodes=nodes_needed(load, profiles(inp.selfhost)),
         slo=tuple(store.slo(start, end, inp.tenant)),
+        cost_curve=curve,
+        decision=choices,
         pruned_months=tuple(store.pruned_months(start, end)),
     )
     # The same traffic at other providers, priced at the month's end (or now, in a month in progress).
     at = min(end, inp.now).astimezone(UTC)
-    report = replace(report, alternatives=alternatives_for(report.by_model, inp.selfhost.equivalents,
-                                                           inp.self_hosted_upstreams, at),
-                     alternatives_priced=alternatives_available())
-    return report
+    elsewhere = alternatives_for(report.by_model, inp.selfhost.equivalents, inp.self_hosted_upstreams, at)
+    provider = cheapest_provider(elsewhere, api_units)
+    return replace(report, alternatives=elsewhere, alternatives_priced=alternatives_available(),
+                   decision=decision(api_units, load, needs, inp.selfhost, provider) if provider else choices)
 
 
 def _bands(rows: list[HourlyRow], total_units: int) -> tuple[BandRow, ...]:

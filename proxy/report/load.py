@@ -8,7 +8,7 @@ exact fractions until a format rounds them (to 0.01), so `nodes` divides exact f
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from fractions import Fraction
 from zoneinfo import ZoneInfo
@@ -46,6 +46,8 @@ class LoadByMinute:
     minutes: int = 0  # how many minutes the percentiles are over, idle ones included
     peak_minute: datetime | None = None  # the minute with the most KV tokens in flight, in the report's zone
     peak_to_offpeak_ratio: float | None = None  # None: the off-peak minutes had no load at all
+    # The minutes with any load, as the table keeps them: cost_curve's utilisation is a mean over them.
+    rows: tuple[MinuteLoad, ...] = field(default=(), repr=False, compare=False)
 
     def figure(self, name: str) -> LoadFigure:
         value: LoadFigure = getattr(self, name)
@@ -68,7 +70,7 @@ def load_by_minute(store: Store, start: datetime, end: datetime, now: datetime, 
     if peak is not None and peak.kv_token_ms > 0:
         peak_at = datetime.fromtimestamp(peak.minute * 60, UTC).astimezone(tz)
     return LoadByMinute(**figures, minutes=n, peak_minute=peak_at,
-                        peak_to_offpeak_ratio=_peak_to_offpeak(rows, n))
+                        peak_to_offpeak_ratio=_peak_to_offpeak(rows, n), rows=tuple(rows))
 
 
 def _figure(values: list[int], n: int, divisor: int) -> LoadFigure:

@@ -8,11 +8,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import date, datetime
+from typing import TYPE_CHECKING
 
 from proxy.ledger.store.slo import SloRow
 from proxy.report.alternatives import ModelAlternatives
 from proxy.report.load import LoadByMinute
 from proxy.report.nodes import NodeNeed
+
+if TYPE_CHECKING:  # curve.py reads Usage through groups.py: imported for the annotation only
+    from proxy.report.curve import CostCurve
+    from proxy.report.decision import Option
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,6 +295,8 @@ class Report:
     load_by_minute: LoadByMinute = field(default_factory=LoadByMinute)  # proxy/report/load.py
     nodes: tuple[NodeNeed, ...] = ()  # per node profile (proxy/report/nodes.py)
     slo: tuple[SloRow, ...] = ()  # the API's measured speed by model, tier and context band
+    cost_curve: CostCurve | None = None  # self-hosted against the API by utilisation; None: no node profile
+    decision: tuple[Option, ...] = ()  # keep the API, another provider, or self-host (proxy/report/decision.py)
     pruned_months: tuple[str, ...] = ()  # UTC months of the report whose per-request rows were pruned
     alternatives: tuple[ModelAlternatives, ...] = ()  # the same model at other providers (alternatives.py)
     alternatives_priced: bool = True  # False: genai-prices (llmmeter[prices]) is not installed

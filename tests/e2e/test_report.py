@@ -80,7 +80,8 @@ def test_worked_example_and_what_ifs_exactly(fake: FakeUpstream, serve: Any, led
     rows = list(csv.DictReader(io.StringIO(report(proxy, "--format", "csv"))))
     # No request was streamed: the speed section has no rows.
     assert {x["section"] for x in rows} == {"totals", "by_model", "by_tenant", "by_tag", "by_workload",
-                                            "by_tag_workload", "daily", "hourly", "by_band"}
+                                            "by_tag_workload", "daily", "hourly", "by_band", "load_by_minute",
+                                            "nodes", "cost_curve", "decision", "alternatives"}
     assert [x["cost_usd"] for x in rows if x["section"] == "totals"] == ["674"]
 
 
@@ -113,7 +114,7 @@ def test_html_report_is_a_page_chromium_can_read(fake: FakeUpstream, serve: Any,
     tables = {t.section: t for t in dom.tables}
     assert tables["by_model"].total[-2:] == ["$674.00", "100.0%"]
     assert [c.name for c in dom.charts] == ["daily-cost", "token-mix", "cache-by-day", "tag-workload", "hourly",
-                                            "breakeven"]
+                                            "breakeven", "cost-curve"]
     assert all(c.texts.get("y-tick") and c.texts.get("x-title") and c.texts.get("y-title") for c in dom.charts)
     even = {c.name: c for c in dom.charts}["breakeven"]
     assert any(t.startswith("this month: 240 M tokens, $674.00") for t in even.texts["mark-label"])

@@ -102,3 +102,17 @@ def test_the_report_prices_each_models_month_at_its_equivalents(build: Any) -> N
 def test_traffic_to_a_self_hosted_upstream_is_not_priced_elsewhere(build: Any) -> None:
     # In the "selfhosted" variant every Moonshot call went to a self-hosted upstream: nothing to compare.
     assert all(m.model != "kimi-k3.1-pro" or m.tokens == Tokens() for m in build("selfhosted").alternatives)
+
+
+def test_the_decision_offers_the_cheapest_provider_for_the_models_it_serves(build: Any) -> None:
+    require(available(), "genai-prices (llmmeter[prices]) is not installed")
+    r = build("complete-utc")
+    [kimi] = [m for m in r.alternatives if m.model == "kimi-k3.1-pro"]
+    api_units = sum(x.usage.cost_units for x in r.by_model)
+    # Kimi's traffic moves to its cheapest provider; every other model stays on the API as billed.
+    cheapest = min(a.cost_usd for a in kimi.rows if a.cost_usd is not None)
+    moved = cheapest + Decimal(api_units - kimi.api_cost_units) / 10**10
+    [option] = [o for o in r.decision if o.choice.startswith("provider:")]
+    assert option.choice == f"provider:{kimi.rows[0].provider}"
+    assert option.monthly_cost_units == round(moved * 10**10)
+    assert option.source.startswith("genai-prices for ")

@@ -21,7 +21,7 @@ DATA = Path(__file__).parent / "data"
 V3_FIELDS = {"cache_write_1h_tokens", "web_search_calls", "fees_usd", "provider_cost_usd"}
 V3_TOP = {"by_band", "speed", "budgets", "unpriced_estimated"}
 V3_WHAT_IF = {"all_batch_usd", "all_flex_usd"}
-V4_TOP = {"load_by_minute", "nodes", "slo", "alternatives"}  # SPEC "Self-hosting, version 2"
+V4_TOP = {"load_by_minute", "nodes", "slo", "cost_curve", "decision", "alternatives"}  # SPEC "Self-hosting, version 2"
 
 
 def as_before_unknown_cost(d: dict[str, Any]) -> dict[str, Any]:

@@ -20,7 +20,8 @@ from tests.report.factory import BOTH, USD, worked_report
 SPEC_KEYS = ["month", "timezone", "tenant", "generated_at", "totals", "cache_hit_rate", "estimated_share",
              "unpriced_models", "by_model", "by_tenant", "by_tag", "by_workload", "by_tag_workload", "by_band",
              "workload_summary", "daily", "hourly_profile", "peak_to_offpeak_ratio", "speed", "unpriced_estimated",
-             "budgets", "forecast", "what_if", "self_hosting", "load_by_minute", "nodes", "slo", "alternatives"]
+             "budgets", "forecast", "what_if", "self_hosting", "load_by_minute", "nodes", "slo",
+             "cost_curve", "decision", "alternatives"]
 HOSTILE = '=HYPERLINK("http://evil","x")'
 
 

@@ -12,8 +12,8 @@ from tests.report.dom import Page
 
 TABLES = {"by_model", "totals", "by_tenant", "by_tag", "by_workload", "by_tag_workload", "daily", "what_if",
           "self_hosting", "assumptions", "by_band", "speed", "unpriced_estimated", "load_by_minute", "nodes",
-          "alternatives"}
-CHARTS = ["daily-cost", "token-mix", "cache-by-day", "tag-workload", "hourly", "breakeven"]
+          "cost_curve", "decision", "alternatives"}
+CHARTS = ["daily-cost", "token-mix", "cache-by-day", "tag-workload", "hourly", "breakeven", "cost-curve"]
 
 
 def test_seeded_month_in_chromium(build: Callable[[str], Report], tmp_path: Path) -> None:
@@ -44,6 +44,13 @@ def test_seeded_month_in_chromium(build: Callable[[str], Report], tmp_path: Path
     assert even.texts["x-tick"] == ["0", "10 B", "20 B", "30 B", "40 B"]
     assert len(even.texts["line-label"]) == 2 and any(t.startswith("break-even: 30.5 B") for t in
                                                        even.texts["mark-label"])
+
+    curve = {c.name: c for c in dom.charts}["cost-curve"]
+    assert curve.texts["x-title"] == ["utilisation of the deployment (%)"]
+    assert curve.texts["y-title"] == ["cost (USD per million tokens)"]
+    assert curve.texts["x-tick"] == ["0%", "20%", "40%", "60%", "80%", "100%"]
+    assert any(t.startswith("you: ") for t in curve.texts["mark-label"])  # the measured utilisation, marked
+    assert [row[0][1] for row in sections["cost_curve"].rows][::19] == ["5%", "100%"]
 
     text = dom.text
     assert not re.search(r"\d[eE][+-]?\d", text), re.findall(r".{30}\d[eE][+-]?\d.{10}", text)

@@ -12,21 +12,27 @@ from typing import Any
 
 from proxy.export import csv_writer, spreadsheet_text
 from proxy.report.formats.alternatives import alternatives_csv
+from proxy.report.formats.curve import curve_rows
 from proxy.report.formats.json import report_dict
 from proxy.report.formats.load import load_rows
 from proxy.report.model import Report
 
+SECTIONS: tuple[str, ...]  # widened below by the sections added after slo
 SECTIONS = ("totals", "by_model", "by_tenant", "by_tag", "by_workload", "by_tag_workload", "daily", "hourly",
-            "by_band", "speed", "budgets", "unpriced_estimated", "load_by_minute", "nodes", "slo",
-            "alternatives")
+            "by_band", "speed", "budgets", "unpriced_estimated", "load_by_minute", "nodes", "slo")
+SECTIONS += ("cost_curve", "decision", "alternatives")
 # Version 3's columns come after every earlier one, so a reader of the earlier layout finds
 # its columns where they were; the new sections' own columns follow them.
 _V3_COLUMNS = ("cache_write_1h_tokens", "web_search_calls", "fees_usd", "provider_cost_usd")
 _V3_SECTIONS = ("by_band", "speed", "budgets", "unpriced_estimated")
-_V4_SECTIONS = ("load_by_minute", "nodes", "slo", "alternatives")  # their columns after version 3's
+_V4_SECTIONS: tuple[str, ...]
+_V4_SECTIONS = ("load_by_minute", "nodes", "slo")  # their columns after version 3's
+_V4_SECTIONS += ("cost_curve", "decision", "alternatives")
 # Columns whose text is a number llmmeter wrote: never altered.
 _NUMBERS = frozenset({"cost_usd", "fees_usd", "provider_cost_usd", "limit_usd", "spent_usd", "rejected_cost_usd",
                       "cost_at_nearest_usd"})
+_NUMBERS |= {"self_hosted_usd_per_mtok", "api_usd_per_mtok", "monthly_cost_usd", "api_cost_usd",
+             "self_hosted_usd_per_mtok_at_measured"}
 
 
 def render_csv(r: Report) -> str:
@@ -37,6 +43,7 @@ def render_csv(r: Report) -> str:
     tables += [("unpriced_estimated", d["unpriced_estimated"]["models"])]  # a row per model, tier and upstream
     tables += [("load_by_minute", load_rows(d["load_by_minute"])),
                ("nodes", [{k: v for k, v in x.items() if k != "profile"} for x in d["nodes"]]), ("slo", d["slo"])]
+    tables += [("cost_curve", curve_rows(d["cost_curve"])), ("decision", d["decision"])]
     tables += [("alternatives", alternatives_csv(d["alternatives"]))]
     columns: list[str] = ["section"]
     for name, rows in tables:

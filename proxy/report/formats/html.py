@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from proxy.report.formats.alternatives import alternatives_table
 from proxy.report.formats.charts import Chart, all_charts
+from proxy.report.formats.curve import curve_svg, curve_table
+from proxy.report.formats.decision import decision_table, far_from_close
 from proxy.report.formats.load_tables import load_table, nodes_table, slo_table
 from proxy.report.formats.svg import esc, legend
 from proxy.report.formats.tables import Table, report_tables
@@ -64,6 +66,11 @@ def render_html(r: Report) -> str:
         _cards(r),
         f'<p class="summary">{esc(r.self_hosting.summary)}</p>',
     ]
+    if r.decision:  # the decision on the first screen, the detail below it
+        far = far_from_close(r.decision)
+        body.insert(3, _table(decision_table(r.decision)))
+        if far:
+            body.insert(3, f'<p class="summary" data-far="1">{esc(far)}</p>')
     if r.unpriced_models:
         body.append(f'<p class="warn">Unpriced models (their cost is unknown and not in the totals): '
                     f"{esc(', '.join(r.unpriced_models))}.</p>")
@@ -79,11 +86,20 @@ def render_html(r: Report) -> str:
              "<h2>What if</h2>", _table(tables["what_if"]),
              "<h2>Self-hosting</h2>", _figure(charts["breakeven"]), _table(tables["self_hosting"]),
              _table(tables["assumptions"]), _table(load_table(r.load_by_minute)), _table_or_note(nodes_table(r.nodes)),
-             _table_or_note(slo_table(r.slo)),
+             _table_or_note(slo_table(r.slo))]
+    body += [_curve(r), _table_or_note(curve_table(r.cost_curve)),
              _table_or_note(alternatives_table(r.alternatives, r.alternatives_priced))]
     return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{esc(title)}</title>'
             f"<style>{_CSS}</style></head>\n<body><main>\n" + "\n".join(body) + "\n</main></body></html>\n")
+
+
+def _curve(r: Report) -> str:
+    """The cost curve's chart, or one sentence on why there is none."""
+    svg, names, note = curve_svg(r.cost_curve)
+    if not svg:
+        return f'<p class="note">{esc(note)}</p>'
+    return _figure(Chart("cost-curve", "Cost per million tokens by utilisation", svg, names, note))
 
 
 def _cards(r: Report) -> str:

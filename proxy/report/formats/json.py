@@ -7,6 +7,8 @@ from typing import Any
 
 from pricing import format_usd
 from proxy.report.formats.alternatives import alternatives_rows
+from proxy.report.formats.curve import curve_dict
+from proxy.report.formats.decision import decision_dict
 from proxy.report.formats.load import load_dict, node_dict, slo_dict
 from proxy.report.model import (
     BudgetRow,
@@ -60,6 +62,8 @@ def report_dict(r: Report) -> dict[str, Any]:
     d["load_by_minute"] = load_dict(r.load_by_minute)
     d["nodes"] = [node_dict(x) for x in r.nodes]
     d["slo"] = [slo_dict(x) for x in r.slo]
+    d["cost_curve"] = curve_dict(r.cost_curve)
+    d["decision"] = [decision_dict(x) for x in r.decision]
     d["alternatives"] = alternatives_rows(r.alternatives)
     if r.pruned_months:  # retention: what the rollups still give, and what needed the deleted rows
         d["pruned_months"] = {"months": list(r.pruned_months), "unavailable": list(NEED_ROWS)}

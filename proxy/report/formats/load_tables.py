@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from proxy.ledger.store.slo import SloRow
+from proxy.report.formats.speeds import MIN_REQUESTS, millis, rate
 from proxy.report.formats.tables import Column, Table
 from proxy.report.load import FIGURES, LoadByMinute
 from proxy.report.nodes import NodeNeed
@@ -47,12 +48,10 @@ _BANDS = {"lt_32k": "< 32k", "32k_128k": "32k-128k", "ge_128k": ">= 128k"}
 
 
 def slo_table(rows: tuple[SloRow, ...]) -> Table:
-    def rate(v: float | None) -> str:
-        return "-" if v is None else f"{v:,.2f}"
-
-    body = tuple((x.model, x.tier, _BANDS.get(x.band, x.band), count(x.requests), count(x.ttft_ms_p50),
-                  count(x.ttft_ms_p95), count(x.timed_requests), rate(x.output_tokens_per_s_p50),
-                  rate(x.output_tokens_per_s_p95)) for x in rows)
+    body = tuple((x.model, x.tier, _BANDS.get(x.band, x.band), count(x.requests), millis(x.ttft_ms_p50, x.requests),
+                  millis(x.ttft_ms_p95, x.requests), count(x.timed_requests),
+                  rate(x.output_tokens_per_s_p50, x.timed_requests), rate(x.output_tokens_per_s_p95, x.timed_requests))
+                 for x in rows)
     return Table("slo", "The service level to match",
                  (Column("model", numeric=False), Column("tier", numeric=False),
                   Column("input side", numeric=False), Column("requests"), Column("TTFT p50", "ms"),
@@ -60,5 +59,6 @@ def slo_table(rows: tuple[SloRow, ...]) -> Table:
                   Column("output p95", "tokens/s")), body,
                  note="What the API delivered to streamed requests with the upstream's usage, per request: a "
                       "self-hosted deployment must match it under the same load. Output tokens/s are after the "
-                      "first token, over the requests that ran past it.",
+                      "first token, over the requests that ran past it. A figure over fewer than "
+                      f"{MIN_REQUESTS} requests is not shown, and a time below the ledger's millisecond reads < 1.",
                  empty="No streamed requests with usage from the upstream this month.")

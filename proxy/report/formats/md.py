@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from proxy.report.formats.alternatives import alternatives_table
+from proxy.report.formats.curve import curve_table
+from proxy.report.formats.decision import decision_table, far_from_close
 from proxy.report.formats.load_tables import load_table, nodes_table, slo_table
 from proxy.report.formats.tables import Table, peak_to_offpeak_words, report_tables
 from proxy.report.model import Report
@@ -17,6 +19,10 @@ def render_md(r: Report) -> str:
              f"**{cost(t.usage.cost_units, t.unpriced_requests)}** for {counted(t.usage.requests, 'request')}; "
              f"cache-hit rate "
              f"{percent(r.cache_hit_rate)}; {percent(r.estimated_share)} of requests had estimated usage.", ""]
+    if r.decision:  # the decision first, the detail below it
+        far = far_from_close(r.decision)
+        parts += [f"**{far}**", ""] if far else []
+        parts += _section(decision_table(r.decision))
     if t.usage.provider_costed:
         n = t.usage.provider_costed
         parts += [f"The upstreams' own figure: {money(t.usage.provider_cost_units)} over "
@@ -46,6 +52,7 @@ def render_md(r: Report) -> str:
         parts += _section(tables["budgets"])
     parts += _section(tables["what_if"])
     parts += _section(load_table(r.load_by_minute)) + _section(nodes_table(r.nodes)) + _section(slo_table(r.slo))
+    parts += _section(curve_table(r.cost_curve))
     parts += _section(alternatives_table(r.alternatives, r.alternatives_priced))
     parts += ["## Self-hosting", "", r.self_hosting.summary, "", _table(tables["self_hosting"]), "",
               _table(tables["assumptions"]), ""]

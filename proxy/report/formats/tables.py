@@ -12,6 +12,7 @@ from decimal import Decimal, InvalidOperation
 from zoneinfo import ZoneInfo
 
 from proxy.protocol.names import WORKLOADS
+from proxy.report.formats.speeds import MIN_REQUESTS, millis, rate
 from proxy.report.model import BudgetRow, Report, SelfHosting, UnpricedEstimated, Usage
 from proxy.report.numbers import UNPRICED, cost, count, counted, money, percent
 
@@ -200,13 +201,15 @@ def _speed(r: Report) -> Table:
     columns = (_label("model"), _label("tier"), Column("streamed requests", "count"),
                Column("output speed p50", "tokens/s"), Column("time to first token p50", "ms"),
                Column("time to first token p95", "ms"), Column("cost per million tokens", "USD"))
-    rows = tuple((x.model, x.tier or "-", count(x.requests), f"{x.output_tokens_per_s_p50:,.1f}",
-                  count(x.ttft_ms_p50), count(x.ttft_ms_p95), per_million(x.model, x.tier)) for x in r.speed)
+    rows = tuple((x.model, x.tier or "-", count(x.requests), rate(x.output_tokens_per_s_p50, x.requests, 1),
+                  millis(x.ttft_ms_p50, x.requests), millis(x.ttft_ms_p95, x.requests), per_million(x.model, x.tier))
+                 for x in r.speed)
     return Table("speed", "Speed by model and tier", columns, rows,
                  note="Streamed requests with usage from the upstream. Output speed: output tokens over the "
                       "time after the first token; time to first token from the request's arrival. The cost per "
                       "million tokens (all billing categories) is the month's, so a faster tier's premium can be "
-                      "weighed against the speed it bought.",
+                      "weighed against the speed it bought. A speed over fewer than "
+                      f"{MIN_REQUESTS} requests is not shown as a figure.",
                  empty="No streamed requests with usage from the upstream this month.")
 
 
