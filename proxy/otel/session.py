@@ -28,6 +28,7 @@ class BoundedSession(requests.Session):
         finally:
             response.close()
         if len(body) > MAX_ANSWER_BYTES:
-            raise AnswerTooLarge(f"the collector's answer to {request.url} exceeds {MAX_ANSWER_BYTES} bytes")
+            # No URL in the message: it is logged, and a URL may carry the collector's credentials.
+            raise AnswerTooLarge(f"the collector's answer exceeds {MAX_ANSWER_BYTES} bytes")
         response._content = body
         return response
