@@ -121,7 +121,8 @@ class LLMMeter:
                         self.parts.budgets.start(loop)
                     if (bind := self.parts.settings.metrics_bind) is not None:
                         self.metrics_listener = MetricsListener(_admin_app(self.parts, serve_metrics=True), *bind,
-                                                                shared=self.parts.settings.workers > 1)
+                                                                shared=self.parts.settings.workers > 1,
+                                                                limits=self.server_limits)
                         await self.metrics_listener.start()
                     ledger = self.parts.ledger
                     for line in startup_lines(self.parts.settings, self.parts.book, ledger.journal_dir,

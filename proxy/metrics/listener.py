@@ -12,15 +12,31 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 from uvicorn.server import ServerState
 
+if TYPE_CHECKING:
+    from proxy.server.protocol import ServerLimits
+
+
+class _WithLimits:
+    """The admin app as the serving protocol reads it: with the configured limits and timeouts
+    (`server.head_timeout_s` and the others), not the protocol's defaults."""
+
+    def __init__(self, app: Any, limits: ServerLimits) -> None:
+        self.app, self.server_limits = app, limits
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.app(scope, receive, send)
+
 
 class MetricsListener:
-    def __init__(self, app: Any, host: str, port: int, shared: bool) -> None:
+    def __init__(self, app: Any, host: str, port: int, shared: bool, limits: ServerLimits) -> None:
         from proxy.server.protocol import RelayProtocol
+
+        app = _WithLimits(app, limits)
 
         self.address = (host, port)
         self.shared = shared

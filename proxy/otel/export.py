@@ -32,6 +32,7 @@ from proxy.ledger.record import Record
 from proxy.metering.meter import Exchange
 from proxy.otel.attributes import call_attributes, latest_requested, provider_name, upstream_attributes
 from proxy.otel.genai_metrics import GenAIMetrics
+from proxy.otel.session import BoundedSession
 from proxy.settings import Otel, Upstream
 
 log = logging.getLogger("llmmeter.otel")
@@ -68,7 +69,8 @@ class Tracing:
         self.latest = latest_requested(env)
         assert settings.endpoint is not None
         self.exporter = exporter = OTLPSpanExporter(endpoint=settings.endpoint.rstrip("/") + "/v1/traces",
-                                    headers=dict(settings.headers) or None)  # None: OTEL_EXPORTER_OTLP_HEADERS
+                                    headers=dict(settings.headers) or None,  # None: OTEL_EXPORTER_OTLP_HEADERS
+                                    session=BoundedSession())
         resource = Resource.create({"service.name": settings.service_name})
         self.metrics = GenAIMetrics(settings.endpoint, dict(settings.headers) or None, resource, self.latest)
         self.provider = TracerProvider(resource=resource,

@@ -16,6 +16,7 @@ from opentelemetry.sdk.resources import Resource
 
 from proxy.ledger.record import Record
 from proxy.otel.attributes import OPERATIONS, Attributes
+from proxy.otel.session import BoundedSession
 
 # The conventions' advised bucket boundaries for each histogram.
 TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
@@ -26,7 +27,8 @@ OTHER = "other"
 
 class GenAIMetrics:
     def __init__(self, endpoint: str, headers: dict[str, str] | None, resource: Resource, latest: bool) -> None:
-        self.exporter = OTLPMetricExporter(endpoint=endpoint.rstrip("/") + "/v1/metrics", headers=headers)
+        self.exporter = OTLPMetricExporter(endpoint=endpoint.rstrip("/") + "/v1/metrics", headers=headers,
+                                           session=BoundedSession())
         self.provider = MeterProvider(resource=resource, metric_readers=[PeriodicExportingMetricReader(self.exporter)])
         meter = self.provider.get_meter("llmmeter")
         self.provider_key = "gen_ai.provider.name" if latest else "gen_ai.system"

@@ -48,6 +48,9 @@ _US = timedelta(microseconds=1)
 # Fees (a subset of the cost: MAX_FEE_CALLS calls at the dearest per-call price) and the
 # provider's own cost are each at most 10^18 units a record: a BIGINT with no carry.
 MAX_PART_UNITS = MAX_PROVIDER_COST_UNITS
+# A request's duration and time to first token, in ms: never negative (a monotonic clock), and
+# far below a BIGINT, so the report's differences and rates of them stay in range.
+MAX_DURATION_MS = 10**12
 MAX_BAND = 2**63 - 1  # a band's threshold is a key, never summed: anything BIGINT holds
 values_of = itemgetter(*COLUMNS)  # a row dict's values in COLUMNS order, for positional parameters
 
@@ -84,6 +87,11 @@ def to_row(r: Record) -> dict[str, Any]:
         if reserved is not None and not (type(reserved) is int and 0 <= reserved <= MAX_PART_UNITS):
             raise RecordRefused(f"record {r.id!r}: reservation {reserved!r} is not an integer from 0 to "
                                 f"{MAX_PART_UNITS} units")
+        d, ttft = r.duration_ms, r.ttft_ms
+        if not (type(d) is int and 0 <= d <= MAX_DURATION_MS
+                and (ttft is None or (type(ttft) is int and 0 <= ttft <= MAX_DURATION_MS))):
+            raise RecordRefused(f"record {r.id!r}: duration_ms and ttft_ms must be integers from 0 to "
+                                f"{MAX_DURATION_MS}")
         n = r.request_count
         if not (type(n) is int and 1 <= n <= MAX_TOKENS):  # summed like a token count: the same cap keeps sums in range
             raise RecordRefused(f"record {r.id!r}: request_count {n!r} is not an integer from 1 to {MAX_TOKENS}")
