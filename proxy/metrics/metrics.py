@@ -231,17 +231,19 @@ class Metrics:
             k.reasoning(rec.reasoning_tokens)
         if rec.usage_source == "estimated":
             k.estimated(1.0)
-        k.input_tokens(rec.input_side_tokens)
+        input_side = rec.input_side_tokens
+        k.input_tokens(input_side)
         k.output_tokens(rec.output_tokens)
         if k.live:
             in_flight, prefill, decode, kv = k.load
-            load = request_load(rec.duration_ms, rec.ttft_ms, rec.stream, rec.input_side_tokens, rec.output_tokens)
-            in_flight(load.in_flight_seconds)
-            if load.prefill_tokens:
-                prefill(load.prefill_tokens)
-            if load.decode_tokens:
-                decode(load.decode_tokens)
-            kv(load.kv_token_seconds)
+            seconds, kv_token_seconds = request_load(rec.duration_ms, rec.ttft_ms, rec.stream, input_side,
+                                                     rec.output_tokens)
+            in_flight(seconds)
+            if input_side:
+                prefill(input_side)
+            if rec.output_tokens:
+                decode(rec.output_tokens)
+            kv(kv_token_seconds)
         provider = rec.provider_cost_units
         if provider is not None:
             k.provider_cost(provider / COST_UNITS_PER_USD)

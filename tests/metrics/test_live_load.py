@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from pricing import PriceBook
@@ -93,3 +94,23 @@ def test_every_node_profile_exports_its_capacity_per_limit() -> None:
            if f.name == "llmmeter_selfhost_node_capacity" for s in f.samples}
     assert got == {("rented-4x", "kv_cache"): 900_000, ("rented-4x", "prefill"): 20_000,
                    ("rented-4x", "decode"): 6_000}
+
+
+@pytest.mark.parametrize(("duration_ms", "ttft_ms"), [(2_000, 0), (2_000, 2_000), (800, 5_000), (0, None)])
+def test_a_phase_of_no_time_has_its_tokens_at_once(duration_ms: int, ttft_ms: int | None) -> None:
+    registry = CollectorRegistry()
+    m = Metrics(Settings(), PriceBook([]), registry)
+    m.observe(full_record(1, duration_ms=duration_ms, ttft_ms=ttft_ms, input_tokens=500, cache_read_tokens=0,
+                          cache_write_tokens=0, cache_write_1h_tokens=0, output_tokens=90), None, 0.001)
+    first = min(ttft_ms if ttft_ms is not None else 1_000, duration_ms)
+    assert values(registry, "other") == tuple(float(x) for x in by_millisecond(duration_ms, first, 500, 90))
+
+
+def test_a_request_counts_over_at_most_a_day() -> None:
+    registry = CollectorRegistry()
+    m = Metrics(Settings(), PriceBook([]), registry)
+    day_ms = 86_400_000
+    m.observe(full_record(1, duration_ms=3 * day_ms, ttft_ms=day_ms // 2, input_tokens=10, cache_read_tokens=0,
+                          cache_write_tokens=0, cache_write_1h_tokens=0, output_tokens=4), None, 0.001)
+    # 10 tokens held a day, and 4 decoded evenly over its second half: 4 × 43,200 s ÷ 2 token-seconds.
+    assert values(registry, "other") == (86_400.0, 10.0, 4.0, 10 * 86_400 + 4 * 43_200 / 2)
