@@ -447,9 +447,11 @@ def live_load(b: Board) -> None:
                       "minute it ends; the monthly report's load_by_minute spreads it over its minutes.")
     b.row("Live load and nodes needed now")
     b.timeseries("Requests in flight", "Mean requests in flight in each minute (seconds in flight per second), "
-                 f"by model: the report's requests_in_flight, live. {counted_at_end}",
-                 [q(f"sum by (model) (rate(llmmeter_in_flight_seconds_total{{{M}}}[1m]))", "{{model}}")],
-                 "none", w=8, stack=True)
+                 f"by model: the report's requests_in_flight, live. {counted_at_end} 'under way' is the requests "
+                 "being relayed at each scrape (llmmeter_requests_in_flight, every model), which shows a long "
+                 "request while it runs.",
+                 [q(f"sum by (model) (rate(llmmeter_in_flight_seconds_total{{{M}}}[1m]))", "{{model}}"),
+                  q("sum(llmmeter_requests_in_flight)", "under way")], "none", w=8)
     b.timeseries("KV tokens in flight", "Mean KV-cache tokens held by the requests in flight in each minute: "
                  "each request's input side plus the output produced so far. This is what a node's KV cache "
                  f"must hold (the report's kv_tokens_in_flight, live). {counted_at_end}",

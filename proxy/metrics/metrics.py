@@ -126,6 +126,10 @@ class Metrics:
                           "counted when a request ends", ["model"], shared)
         self.kv = Sum("llmmeter_kv_token_seconds", "KV token-seconds of requests served live (rate: mean KV tokens "
                       "in flight), counted when a request ends", ["model"], shared)
+        # Beside the counters (which count a request at its end): the requests under way, read at scrape.
+        self.requests_in_flight = Gauge("llmmeter_requests_in_flight", "Requests served live being relayed now "
+                                        "(as llmmeter_in_flight_seconds_total counts them)", registry=r,
+                                        multiprocess_mode="livesum")
         self.faults = Sum("llmmeter_metering_faults", "Usage fields or streams the readers could not use, by kind",
                           ["kind"], shared)
         # The kinds are a fixed set: each series exists from the start, at 0 (alerts need no absent()).

@@ -4,6 +4,7 @@ whose counters /metrics sums)."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 from typing import Any
 
@@ -47,3 +48,20 @@ def test_live_load_on_metrics_matches_the_ledger(fake: FakeUpstream, serve: Any,
         for got, w in zip(scraped(), want, strict=True):
             assert abs(Fraction(got) - w) <= w * Fraction(1, 10**9), (got, w)
     assert proxy.metric("llmmeter_selfhost_node_capacity", node="8xB300-vllm-dcp8", limit="kv_cache") == 18_500_000
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_requests_in_flight_counts_the_requests_under_way(fake: FakeUpstream, serve: Any, workers: str) -> None:
+    proxy = serve(upstream=fake.base_url, args=("--workers", workers))
+    assert proxy.metric("llmmeter_requests_in_flight") == 0
+    with ThreadPoolExecutor(3) as pool:
+        held = [pool.submit(httpx.post, proxy.base_url + "/chat/completions", timeout=60,
+                            headers={"x-fake-hang": "1"}, json={"model": "kimi-k3.1-pro", "messages": []})
+                for _ in range(3)]
+        assert wait_until(lambda: fake.parked == 3)
+        for _ in range(4):  # with two workers, either answers with both workers' sum
+            assert proxy.metric("llmmeter_requests_in_flight") == 3
+        fake.release()
+        assert all(f.result().status_code == 200 for f in held)
+    assert wait_until(lambda: proxy.metric("llmmeter_requests_in_flight") == 0)
+    assert proxy.metric("llmmeter_in_flight_seconds_total", model="kimi-k3.1-pro") > 0
