@@ -426,6 +426,8 @@ def cost() -> Board:
               instant=True)], RATIO, w=4, h=8,
            steps=thresholds((None, "green"), (0.01, "orange"), (0.05, "red")), decimals=1)
 
+    live_load(b)
+
     b.row("Prices")
     b.table("Prices in force (USD per million tokens)", "From llmmeter's price tables, as in force now "
             "(llmmeter prices show prints the same). A price change is a new table entry with a later date.",
@@ -436,6 +438,43 @@ def cost() -> Board:
            [q("sum(increase(llmmeter_unpriced_requests_total[$__range])) or vector(0)", "unpriced", instant=True)],
            "none", w=8, h=8, steps=thresholds((None, "green"), (1, "red")), decimals=0)
     return b
+
+
+def live_load(b: Board) -> None:
+    """The report's load_by_minute, live (docs/metrics.md "Live load"): 1-minute rates of counters each
+    request adds its exact share to when it ends, and the node profiles' capacities."""
+    counted_at_end = ("Each request is counted when it ends, so a long request's whole load shows in the "
+                      "minute it ends; the monthly report's load_by_minute spreads it over its minutes.")
+    b.row("Live load and nodes needed now")
+    b.timeseries("Requests in flight", "Mean requests in flight in each minute (seconds in flight per second), "
+                 f"by model: the report's requests_in_flight, live. {counted_at_end} 'under way' is the requests "
+                 "being relayed at each scrape (llmmeter_requests_in_flight, every model), which shows a long "
+                 "request while it runs.",
+                 [q(f"sum by (model) (rate(llmmeter_in_flight_seconds_total{{{M}}}[1m]))", "{{model}}"),
+                  q("sum(llmmeter_requests_in_flight)", "under way")], "none", w=8)
+    b.timeseries("KV tokens in flight", "Mean KV-cache tokens held by the requests in flight in each minute: "
+                 "each request's input side plus the output produced so far. This is what a node's KV cache "
+                 f"must hold (the report's kv_tokens_in_flight, live). {counted_at_end}",
+                 [q(f"sum by (model) (rate(llmmeter_kv_token_seconds_total{{{M}}}[1m]))", "{{model}}")],
+                 TOKENS, w=8, stack=True)
+    b.timeseries("Prefill and decode tokens per second, by the minute", "Input-side tokens (prefill) and output "
+                 "tokens (decode) per second over 1-minute windows, of requests served live (batch results "
+                 f"excluded): the report's prefill_tokens_per_s and decode_tokens_per_s. {counted_at_end}",
+                 [q(f"sum(rate(llmmeter_prefill_tokens_total{{{M}}}[1m]))", "prefill"),
+                  q(f"sum(rate(llmmeter_decode_tokens_total{{{M}}}[1m]))", "decode")], TOKENS_S, w=8)
+    b.timeseries("Nodes needed now by profile", "For each node profile ([[selfhost.node]], or the shipped ones), "
+                 "the largest over KV cache, prefill and decode of ⌈this minute's load ÷ the node's capacity⌉ "
+                 "(llmmeter_selfhost_node_capacity), as the report computes needed_peak; all traffic, every model. "
+                 "Add one node for redundancy. The capacities are vendor claims or assumptions: the report's "
+                 "nodes section gives each one's source.",
+                 [q("llmmeter:selfhost_nodes_needed:rate1m", "{{node}}")], "none", w=16)
+    b.table("Binding limit now by profile", "For each node profile, the limit that decides how many nodes this "
+            "minute needs (kv_cache, prefill or decode) and the load as a multiple of one node's capacity for "
+            "it: above 1, one node is not enough.",
+            [q("topk by (node) (1, llmmeter:selfhost_node_load:ratio_rate1m)", "{{node}}", instant=True,
+               fmt="table")], TIMES,
+            [{"id": "organize", "options": {"excludeByName": {"Time": True},
+                                            "renameByName": {"Value": "load ÷ one node's capacity"}}}], w=8)
 
 
 def latency() -> Board:

@@ -14,6 +14,7 @@ configuration names most series in advance; this module lists them, bounded by i
   with a price entry is never unpriced).
 - cost by tag and workload: each declared tag and `other`, for each workload class and `other`.
 - upstream failures: each upstream, for each kind.
+- live load (in flight seconds, prefill and decode tokens, KV token-seconds): those models and `other`.
 
 Wide globs over the shipped tables name hundreds of models; past MAX_SERIES the per-model
 series are left to be born with their first call (and serve says so), so /metrics stays small.
@@ -30,7 +31,7 @@ from proxy.protocol.names import UPSTREAM_ERROR_KINDS, WORKLOADS
 from proxy.settings import Settings
 
 OTHER = "other"
-MAX_SERIES = 2_000  # the example configuration makes 454; `gpt-*` alone over the shipped tables ~9,000
+MAX_SERIES = 2_000  # the example configuration makes 510; `gpt-*` alone over the shipped tables ~9,000
 Key = tuple[str, ...]
 
 
@@ -45,12 +46,13 @@ class Known:
     estimated: tuple[Key, ...]  # (model,)
     unpriced: tuple[Key, ...]  # (model,)
     upstream_errors: tuple[Key, ...]  # (upstream, kind)
+    load: tuple[Key, ...] = ()  # (model,): each of the four live load counters
     over_cap: int = 0  # when the per-model series were left out: how many they would have been
 
     def count(self) -> int:
         return sum(len(keys) for keys in (self.tokens, self.cost, self.reasoning, self.fees, self.provider,
                                           self.provider, self.tagged, self.estimated, self.unpriced,
-                                          self.upstream_errors))
+                                          self.upstream_errors)) + 4 * len(self.load)
 
 
 def routed_models(settings: Settings, book: PriceBook) -> list[str]:
@@ -85,4 +87,5 @@ def _named(settings: Settings, book: PriceBook, models: list[str]) -> Known:
         estimated=tuple((m,) for m in [*models, OTHER]),
         unpriced=((OTHER,),),
         upstream_errors=tuple((u.name, k) for u in settings.upstreams for k in UPSTREAM_ERROR_KINDS),
+        load=tuple((m,) for m in [*models, OTHER]),
     )

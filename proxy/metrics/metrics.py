@@ -24,8 +24,10 @@ from pricing import Cost, PriceBook
 from pricing.model import BILLING_TYPES
 from proxy.ledger.record import COST_UNITS_PER_USD, Record
 from proxy.metrics.known import MAX_SERIES, known_series
+from proxy.metrics.load import request_load
 from proxy.metrics.tally import Buckets, Sum, Tally
-from proxy.protocol.names import ENDPOINTS, FAULT_KINDS, REFUSAL_REASONS, UNAUTHENTICATED
+from proxy.protocol.names import ENDPOINTS, FAULT_KINDS, METERED, REFUSAL_REASONS, UNAUTHENTICATED
+from proxy.report.nodes import LIMITS, profiles
 from proxy.settings import Settings
 
 OTHER = "other"
@@ -115,6 +117,19 @@ class Metrics:
                                      TOKEN_BUCKETS, shared)
         self.tagged_cost = Sum("llmmeter_tagged_cost_usd", "Cost by tag and workload class", ["tag", "workload"],
                                shared)
+        # Live load (proxy/metrics/load.py): rate() of each is the report's load_by_minute figure.
+        self.in_flight = Sum("llmmeter_in_flight_seconds", "Seconds requests were in flight (rate: mean requests "
+                             "in flight), counted when a request ends", ["model"], shared)
+        self.prefill = Sum("llmmeter_prefill_tokens", "Input-side tokens of requests served live (rate: prefill "
+                           "tokens/s), counted when a request ends", ["model"], shared)
+        self.decode = Sum("llmmeter_decode_tokens", "Output tokens of requests served live (rate: decode tokens/s), "
+                          "counted when a request ends", ["model"], shared)
+        self.kv = Sum("llmmeter_kv_token_seconds", "KV token-seconds of requests served live (rate: mean KV tokens "
+                      "in flight), counted when a request ends", ["model"], shared)
+        # Beside the counters (which count a request at its end): the requests under way, read at scrape.
+        self.requests_in_flight = Gauge("llmmeter_requests_in_flight", "Requests served live being relayed now "
+                                        "(as llmmeter_in_flight_seconds_total counts them)", registry=r,
+                                        multiprocess_mode="livesum")
         self.faults = Sum("llmmeter_metering_faults", "Usage fields or streams the readers could not use, by kind",
                           ["kind"], shared)
         # The kinds are a fixed set: each series exists from the start, at 0 (alerts need no absent()).
@@ -138,12 +153,20 @@ class Metrics:
                      ["phase"], registry=r, multiprocess_mode="max")
         node.labels("prefill").set(settings.selfhost.node_prefill_tokens_per_s)
         node.labels("decode").set(settings.selfhost.node_decode_tokens_per_s)
+        # Each profile's capacity per limit, so a panel divides the live load by it (nodes needed now).
+        capacity = Gauge("llmmeter_selfhost_node_capacity", "A node profile's capacity per limit: KV cache in tokens, "
+                         "prefill and decode in tokens/s ([[selfhost.node]] or the shipped profiles)",
+                         ["node", "limit"], registry=r, multiprocess_mode="max")
+        for p in profiles(settings.selfhost):
+            for limit, _, figure in LIMITS:
+                capacity.labels(p.name, limit).set(getattr(p, figure))
         self._zero_known(settings, book)
         if not multiproc:
             registry.register(Tally((self.requests, self.tokens, self.reasoning, self.cost, self.fees,
                                      self.provider_cost, self.provider_costed, self.estimated,
                                      self.unpriced, self.duration, self.ttft, self.overhead, self.input_tokens,
-                                     self.output_tokens, self.tagged_cost, self.faults)))
+                                     self.output_tokens, self.tagged_cost, self.faults, self.in_flight,
+                                     self.prefill, self.decode, self.kv)))
         else:
             from prometheus_client.multiprocess import MultiProcessCollector
 
@@ -170,7 +193,9 @@ class Metrics:
         for family, keys in ((self.tokens, known.tokens), (self.cost, known.cost), (self.reasoning, known.reasoning),
                              (self.fees, known.fees), (self.provider_cost, known.provider),
                              (self.provider_costed, known.provider), (self.tagged_cost, known.tagged),
-                             (self.estimated, known.estimated), (self.unpriced, known.unpriced)):
+                             (self.estimated, known.estimated), (self.unpriced, known.unpriced),
+                             (self.in_flight, known.load), (self.prefill, known.load), (self.decode, known.load),
+                             (self.kv, known.load)):
             for key in keys:
                 family.zero(key)
         for upstream, kind in known.upstream_errors:
@@ -210,8 +235,19 @@ class Metrics:
             k.reasoning(rec.reasoning_tokens)
         if rec.usage_source == "estimated":
             k.estimated(1.0)
-        k.input_tokens(rec.input_side_tokens)
+        input_side = rec.input_side_tokens
+        k.input_tokens(input_side)
         k.output_tokens(rec.output_tokens)
+        if k.live:
+            in_flight, prefill, decode, kv = k.load
+            seconds, kv_token_seconds = request_load(rec.duration_ms, rec.ttft_ms, rec.stream, input_side,
+                                                     rec.output_tokens)
+            in_flight(seconds)
+            if input_side:
+                prefill(input_side)
+            if rec.output_tokens:
+                decode(rec.output_tokens)
+            kv(kv_token_seconds)
         provider = rec.provider_cost_units
         if provider is not None:
             k.provider_cost(provider / COST_UNITS_PER_USD)
@@ -269,6 +305,10 @@ class Metrics:
             overhead=self.overhead.observer((endpoint,)),
             ttft=self.ttft.observer((model, tier)),
             metered=endpoint not in ("models", "other"),
+            # Served as they came (not batch results, not refusals): the report's load_by_minute set.
+            live=endpoint in METERED and outcome_v != "rejected",
+            load=(self.in_flight.adder((model,)), self.prefill.adder((model,)), self.decode.adder((model,)),
+                  self.kv.adder((model,))),
             tokens=tuple(self.tokens.adder((model, tier, tenant, kind)) for kind in kinds),
             reasoning=self.reasoning.adder((model, tier, tenant)),
             estimated=self.estimated.adder((model,)),
@@ -304,6 +344,8 @@ class _Keys:
     overhead: Add
     ttft: Add
     metered: bool
+    live: bool
+    load: tuple[Add, Add, Add, Add]  # in flight seconds, prefill tokens, decode tokens, KV token-seconds
     tokens: tuple[Add, ...]  # BILLING_TYPES: input, cache_read, cache_write, cache_write_1h, output
     reasoning: Add
     estimated: Add

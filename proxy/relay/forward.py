@@ -67,6 +67,17 @@ class Forwarder:
     async def run(self, ex: Exchange, out: Outbound, send: Send) -> None:
         """Forward, relay and record. Raises StreamBroken when the upstream failed after the
         client's response began (the server then aborts the client's connection)."""
+        if ex.endpoint not in METERED:
+            await self._run(ex, out, send)
+            return
+        gauge = self.metrics.requests_in_flight  # llmmeter_requests_in_flight: served live, under way
+        gauge.inc()
+        try:
+            await self._run(ex, out, send)
+        finally:
+            gauge.dec()
+
+    async def _run(self, ex: Exchange, out: Outbound, send: Send) -> None:
         try:
             resp = await self._open(ex, out, send)
         except asyncio.CancelledError:  # the client left before the upstream answered

@@ -82,14 +82,14 @@ def test_the_count_is_bounded_by_the_configuration() -> None:
     pairs, models, tenants, upstreams = 3, 2, 2, 2
     tags, workloads = 0 + 1, 4 + 1  # no tag declared: `other`; the four classes and `other`
     assert known.count() == (pairs * tenants * (5 + 6 + 1) + models * tenants * (1 + 2) + (models + 1) + 1
-                             + tags * workloads + upstreams * len(UPSTREAM_ERROR_KINDS))
+                             + tags * workloads + upstreams * len(UPSTREAM_ERROR_KINDS) + 4 * (models + 1))
     # Without `models` globs and tenants: only the fixed series.
     bare = known_series(Settings(upstreams=(Upstream("default", "http://127.0.0.1:1/v1"),)), BOOK)
-    assert bare.count() == 1 + 1 + tags * workloads + len(UPSTREAM_ERROR_KINDS)
+    assert bare.count() == 1 + 1 + tags * workloads + len(UPSTREAM_ERROR_KINDS) + 4
 
 
 def test_globs_naming_too_many_series_leave_the_per_model_ones_out() -> None:
     wide = known_series(SETTINGS, BOOK, cap=50)
     assert wide.over_cap == known_series(SETTINGS, BOOK).count()
     assert wide.tokens == wide.cost == wide.fees == () and wide.estimated == (("other",),)
-    assert wide.count() == 1 + 1 + 5 + 2 * len(UPSTREAM_ERROR_KINDS)
+    assert wide.count() == 1 + 1 + 5 + 2 * len(UPSTREAM_ERROR_KINDS) + 4

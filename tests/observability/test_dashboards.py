@@ -90,6 +90,14 @@ def test_cost_dashboard_covers_what_it_promises() -> None:
                    "llmmeter_budget_rejections_total", "llmmeter_budget_reserved_usd",
                    "llmmeter_budget_overrun_usd_total", '$budget'):
         assert needle in text["llmmeter-cost"], needle
+    # The report's load_by_minute, live: 1-minute rates, and nodes needed now per profile with its binding limit.
+    for needle in ("rate(llmmeter_in_flight_seconds_total{", "rate(llmmeter_kv_token_seconds_total{",
+                   "rate(llmmeter_prefill_tokens_total{", "rate(llmmeter_decode_tokens_total{",
+                   "llmmeter:selfhost_nodes_needed:rate1m", "topk by (node) (1, llmmeter:selfhost_node_load"):
+        assert needle in text["llmmeter-cost"], needle
+    counters = ("in_flight_seconds_total", "kv_token_seconds_total", "prefill_tokens_total")
+    live = [p for p in panels(cost) if any(n in exprs(p) for n in counters)]
+    assert len(live) == 3 and all("[1m])" in exprs(p) for p in live)
     for needle in ("time_to_first_token", "request_duration", "proxy_overhead", "by (code)",
                    "estimated_usage", "llmmeter_ledger_pending_records", "histogram_quantile(0.99"):
         assert needle in text["llmmeter-latency"], needle
