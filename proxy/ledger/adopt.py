@@ -11,6 +11,11 @@ bisection): an id the ledger already holds is skipped, so adopting twice imports
 the second time and the rollups count each record once. An adopted segment is moved into
 `foreign/adopted/`, where neither a replay nor another adopt reads it; it can be deleted.
 Budget reservations named in a record were the other ledger's: they are dropped, not settled.
+
+A record whose UTC month was pruned (`llmmeter ledger prune`) is not imported: the month's
+rows are gone, so whether the rollups already count it cannot be told, and importing it could
+bill it twice. A segment holding such records stays in `foreign/`, and the summary says how
+many records that is.
 """
 
 from __future__ import annotations
@@ -43,11 +48,14 @@ class AdoptStats:
     inserted: int = 0  # of those, rows the ledger did not have yet
     skipped_lines: int = 0  # torn or unreadable lines
     busy: int = 0  # segments a live process still holds
+    pruned: int = 0  # records of pruned months, left out (their segments stay in foreign/)
 
     def summary(self) -> str:
         return (f"adopted {self.segments} segment(s): {self.records} record(s), {self.inserted} new, "
-                f"{self.records - self.inserted} already in the ledger; {self.skipped_lines} unreadable line(s) "
-                f"skipped; {self.busy} segment(s) in use, left for later")
+                f"{self.records - self.inserted - self.pruned} already in the ledger; "
+                f"{self.skipped_lines} unreadable line(s) skipped; {self.busy} segment(s) in use, left for later"
+                + (f"; {self.pruned} record(s) of pruned months left out (whether they are counted cannot be "
+                   "told once a month's rows are pruned), their segments left in foreign/" if self.pruned else ""))
 
 
 def foreign_segments(journal_dirs: Iterable[Path]) -> list[Path]:
@@ -76,16 +84,19 @@ def check_segments(paths: Sequence[Path]) -> list[Path]:
     return out
 
 
-def adopt(paths: Sequence[Path], writer: Writer, batch_size: int, dead: DeadLetters) -> AdoptStats:
+def adopt(paths: Sequence[Path], writer: Writer, batch_size: int, dead: DeadLetters,
+          pruned: frozenset[str] = frozenset()) -> AdoptStats:
+    """`pruned`: the UTC months (YYYY-MM) whose per-request rows were pruned."""
     stats = AdoptStats()
     for path in paths:
-        _adopt_one(path, writer, batch_size, dead, stats)
+        _adopt_one(path, writer, batch_size, dead, stats, pruned)
     if stats.segments:
         log.info("%s", stats.summary())
     return stats
 
 
-def _adopt_one(path: Path, writer: Writer, batch_size: int, dead: DeadLetters, stats: AdoptStats) -> None:
+def _adopt_one(path: Path, writer: Writer, batch_size: int, dead: DeadLetters, stats: AdoptStats,
+               pruned: frozenset[str]) -> None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -100,15 +111,28 @@ def _adopt_one(path: Path, writer: Writer, batch_size: int, dead: DeadLetters, s
         if not _still_there(path, fd):
             return
         read = ReadStats()
-        stats.inserted += store_chunks(writer, batches(_unleased(read_segment(fd, read)), batch_size), dead)
+        left = [0]
+        kept = _outside(_unleased(read_segment(fd, read)), pruned, left)
+        stats.inserted += store_chunks(writer, batches(kept, batch_size), dead)
         stats.records += read.records
         stats.skipped_lines += read.skipped_lines
+        stats.pruned += left[0]
+        if left[0]:
+            return  # kept in foreign/: its records of pruned months are not adopted, nor lost
         done = path.parent / ADOPTED
         done.mkdir(mode=DIR_MODE, exist_ok=True)
         os.rename(path, done / path.name)  # under our flock: nobody reads it twice
         stats.segments += 1
     finally:
         os.close(fd)
+
+
+def _outside(records: Iterator[Record], pruned: frozenset[str], left: list[int]) -> Iterator[Record]:
+    for r in records:
+        if pruned and f"{r.start.year:04d}-{r.start.month:02d}" in pruned:
+            left[0] += 1
+        else:
+            yield r
 
 
 def _unleased(records: Iterator[Record]) -> Iterator[Record]:

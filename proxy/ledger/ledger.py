@@ -30,6 +30,7 @@ from proxy.ledger.store import SqlStore, open_store
 log = logging.getLogger("llmmeter.ledger")
 
 _LOST_LOG_EVERY_S = 10.0
+_EVER_FROM, _EVER_TO = datetime(1970, 1, 1, tzinfo=UTC), datetime(9999, 1, 1, tzinfo=UTC)  # every month
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,7 +254,8 @@ class Ledger:
         where = self._bind()
         writer = self.store.writer()
         try:
-            return adopt(named or foreign_segments(where.replay_dirs()), writer, self.batch_size, self._dead)
+            pruned = frozenset(self.store.pruned_months(_EVER_FROM, _EVER_TO))
+            return adopt(named or foreign_segments(where.replay_dirs()), writer, self.batch_size, self._dead, pruned)
         finally:
             writer.close()
             self._dead.close()

@@ -74,9 +74,6 @@ def test_adopting_a_named_segment_twice_imports_it_once(
     assert ledger.count(*EVER) == 3 and _rollup_requests(ledger) == 3
 
 
-@pytest.mark.xfail(strict=True, reason="a pruned month keeps no record ids, so an adopt after the prune cannot "
-                   "tell a record the rollup already counts from a new one; the fix keeps the pruned ids (or "
-                   "a digest of them) per month and skips them on import")
 def test_adopting_a_segment_again_after_its_month_was_pruned_does_not_bill_it_twice(
         db_url: str, other_db_url: str, tmp_path: Path) -> None:
     journal = tmp_path / "shared-journal"
@@ -88,9 +85,12 @@ def test_adopting_a_segment_again_after_its_month_was_pruned_does_not_bill_it_tw
     assert _rollup_requests(ledger) == 3
     pruned = prune(open_store(other_db_url), "2026-12", apply=True, now=datetime(2026, 12, 7, tzinfo=UTC))
     assert [m.rows for m in pruned] == [3]
-    Ledger(other_db_url, journal).adopt([copy])
+    stats = Ledger(other_db_url, journal).adopt([copy])
     # The month's totals are the rollup's: each record counts once, as before the prune.
     assert _rollup_requests(Ledger(other_db_url, journal, read_only=True)) == 3
+    # Its records are left out, said, and kept: the copy stays where it was, nothing is lost.
+    assert (stats.inserted, stats.pruned, stats.segments) == (0, 3, 0) and copy.exists()
+    assert "3 record(s) of pruned months left out" in stats.summary()
 
 
 def test_adopt_refuses_a_file_that_is_not_a_segment(tmp_path: Path, other_db_url: str) -> None:
