@@ -131,7 +131,7 @@ def build_report(store: Store, inp: ReportInput) -> Report:
         budgets=budget_rows(store, inp.budgets, start, end, inp.now, inp.tenant),
         unpriced_estimated=unpriced_estimated(store, inp.book, start, end, inp.tenant,
                                               any(row.unpriced or row.estimated for row in rows)),
-        load_by_minute=load, nodes=nodes_needed(load, profiles(inp.selfhost)),
+        load_by_minute=load, nodes=needs,
         slo=tuple(store.slo(start, end, inp.tenant)),
         cost_curve=curve,
         decision=choices,
