@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from proxy.ledger.store import HourlyRow
-from proxy.report.groups import usage
 from proxy.report.load import FIGURES, LoadByMinute
 from proxy.report.nodes import LIMITS, NodeNeed
 from proxy.settings import NodeProfile, SelfHost
@@ -62,7 +61,10 @@ def monthly_cost_units(p: NodeProfile, nodes: int, sh: SelfHost) -> int:
 def api_traffic(rows: list[HourlyRow], self_hosted_upstreams: frozenset[str]) -> tuple[int, int]:
     """The month's API cost (10^-10 USD) and tokens (input, cache reads, cache writes, output)."""
     api = [row for row in rows if row.upstream not in self_hosted_upstreams and row.metered]
-    return sum(row.cost_units for row in api), sum(usage(row).billed_tokens for row in api)
+    # The five billing categories (reasoning is inside output), as Usage.billed_tokens counts them.
+    return sum(row.cost_units for row in api), sum(
+        row.input_tokens + row.cache_read_tokens + row.cache_write_tokens + row.cache_write_1h_tokens
+        + row.output_tokens for row in api)
 
 
 def utilisation(load: LoadByMinute, p: NodeProfile, nodes: int) -> Fraction:

@@ -8,16 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from typing import TYPE_CHECKING
 
 from proxy.ledger.store.slo import SloRow
 from proxy.report.alternatives import ModelAlternatives
+from proxy.report.curve import CostCurve
+from proxy.report.decision import Option
 from proxy.report.load import LoadByMinute
 from proxy.report.nodes import NodeNeed
-
-if TYPE_CHECKING:  # curve.py reads Usage through groups.py: imported for the annotation only
-    from proxy.report.curve import CostCurve
-    from proxy.report.decision import Option
 
 
 @dataclass(frozen=True, slots=True)
