@@ -10,7 +10,7 @@ month holds does not change their number. Money stays in integer 10^-10 USD.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Context, Decimal, localcontext
 from zoneinfo import ZoneInfo
@@ -100,15 +100,18 @@ def build_report(store: Store, inp: ReportInput) -> Report:
     needs = nodes_needed(load, profiles(inp.selfhost))
     api_units, api_tokens = api_traffic(rows, inp.self_hosted_upstreams)
     curve = cost_curve(load, needs, inp.selfhost, api_units, api_tokens)
-    choices = decision(api_units, load, needs, inp.selfhost, None)  # the provider option comes below
-    report = Report(
+    by_model = tuple(ModelRow(m, t, u, s, share) for (m, t, u), s, share
+                     in _by(rows, lambda g: (g.model, g.tier, g.upstream), units, metered_only=True))
+    # The same traffic at other providers, priced at the month's end (or now, in a month in progress).
+    elsewhere = alternatives_for(by_model, inp.selfhost.equivalents, inp.self_hosted_upstreams,
+                                 min(end, inp.now).astimezone(UTC))
+    return Report(
         month=inp.month, timezone=inp.tz.key, tenant=inp.tenant, generated_at=utc(inp.now),
         totals=Totals(whole, estimated, sum(row.unpriced for row in rows)),
         cache_hit_rate=whole.cache_hit_rate,
         estimated_share=_share(estimated, whole.requests),
         unpriced_models=tuple(sorted({row.model for row in rows if row.unpriced and row.model})),
-        by_model=tuple(ModelRow(m, t, u, s, share) for (m, t, u), s, share
-                       in _by(rows, lambda g: (g.model, g.tier, g.upstream), units, metered_only=True)),
+        by_model=by_model,
         by_tenant=tuple(TenantRow(t, s, share, *percentiles.get(t, [0, 0]))
                         for (t,), s, share in _by(attributed, lambda g: (g.tenant,), units)),
         by_tag=tuple(TagRow(t, s, share)
@@ -134,15 +137,11 @@ def build_report(store: Store, inp: ReportInput) -> Report:
         load_by_minute=load, nodes=needs,
         slo=tuple(store.slo(start, end, inp.tenant)),
         cost_curve=curve,
-        decision=choices,
+        decision=decision(api_units, load, needs, inp.selfhost, cheapest_provider(elsewhere, api_units)),
         pruned_months=tuple(store.pruned_months(start, end)),
+        alternatives=elsewhere,
+        alternatives_priced=alternatives_available(),
     )
-    # The same traffic at other providers, priced at the month's end (or now, in a month in progress).
-    at = min(end, inp.now).astimezone(UTC)
-    elsewhere = alternatives_for(report.by_model, inp.selfhost.equivalents, inp.self_hosted_upstreams, at)
-    provider = cheapest_provider(elsewhere, api_units)
-    return replace(report, alternatives=elsewhere, alternatives_priced=alternatives_available(),
-                   decision=decision(api_units, load, needs, inp.selfhost, provider) if provider else choices)
 
 
 def _bands(rows: list[HourlyRow], total_units: int) -> tuple[BandRow, ...]:
