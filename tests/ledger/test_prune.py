@@ -211,3 +211,32 @@ def test_a_running_reprice_holds_its_month_and_a_prune_leaves_it_alone(pg_url: s
     assert reprice.returncode == 0, out
     done = subprocess.run(prune_cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "2026-10: deleted 4 per-request rows" in done.stdout
+
+
+def test_a_reconcile_waits_for_a_prune_of_its_month_in_progress(pg_url: str, tmp_path: Path) -> None:
+    """reconcile takes its month's lock: while a prune holds the month, reconcile waits and reads
+    no half-pruned month; when the prune lets go it reads the month whole."""
+    store = seeded(pg_url)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMMETER_")}
+    cmd = [sys.executable, "-m", "proxy", "reconcile", "--month", "2026-10", "--against", "provider_cost",
+           "--format", "json", "--db", pg_url]
+
+    def waiting_for_month_lock() -> bool:
+        with psycopg.connect(pg_url) as con:
+            row = con.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted").fetchone()
+            return bool(row and row[0])
+
+    with store._month_claimed("2026-10") as free:  # what `ledger prune` holds while it deletes the month
+        assert free
+        reconciling = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                       text=True)
+        try:
+            assert wait_until(lambda: waiting_for_month_lock() or reconciling.poll() is not None)
+            assert reconciling.poll() is None, reconciling.communicate()
+        except BaseException:
+            reconciling.kill()
+            raise
+    out, err = reconciling.communicate(timeout=60)
+    assert reconciling.returncode in (0, 1), err
+    assert json.loads(out)["month"] == "2026-10"
+    assert counts(store) == [3, 4, 5]
