@@ -49,11 +49,14 @@ class AdoptStats:
     skipped_lines: int = 0  # torn or unreadable lines
     busy: int = 0  # segments a live process still holds
     pruned: int = 0  # records of pruned months, left out (their segments stay in foreign/)
+    refused: int = 0  # records the database refused, set aside as dead letters (`llmmeter ledger retry`)
 
     def summary(self) -> str:
         return (f"adopted {self.segments} segment(s): {self.records} record(s), {self.inserted} new, "
-                f"{self.records - self.inserted - self.pruned} already in the ledger; "
-                f"{self.skipped_lines} unreadable line(s) skipped; {self.busy} segment(s) in use, left for later"
+                f"{self.records - self.inserted - self.pruned - self.refused} already in the ledger; "
+                + (f"{self.refused} refused by the database and set aside (llmmeter ledger retry); "
+                   if self.refused else "")
+                + f"{self.skipped_lines} unreadable line(s) skipped; {self.busy} segment(s) in use, left for later"
                 + (f"; {self.pruned} record(s) of pruned months left out (whether they are counted cannot be "
                    "told once a month's rows are pruned), their segments left in foreign/" if self.pruned else ""))
 
@@ -113,7 +116,9 @@ def _adopt_one(path: Path, writer: Writer, batch_size: int, dead: DeadLetters, s
         read = ReadStats()
         left = [0]
         kept = _outside(_unleased(read_segment(fd, read)), pruned, left)
+        set_aside = dead.count
         stats.inserted += store_chunks(writer, batches(kept, batch_size), dead)
+        stats.refused += dead.count - set_aside
         stats.records += read.records
         stats.skipped_lines += read.skipped_lines
         stats.pruned += left[0]

@@ -6,8 +6,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+import orjson
 import pytest
 
+from pricing.calculator import MAX_COST_UNITS
 from proxy.errors import ConfigError
 from proxy.ledger import Ledger
 from proxy.ledger.retention import prune
@@ -114,3 +116,24 @@ def test_the_command_adopts_and_serve_names_it_while_foreign_segments_wait(
     assert Ledger(other_db_url, read_only=True).count(*EVER) == 4 and not aside.exists()
     r = served.cli("ledger", "adopt", "--db", other_db_url)
     assert r.returncode == 0 and "adopted 0 segment(s)" in r.stdout
+
+
+def test_a_record_the_database_refuses_is_set_aside_and_not_called_already_in_the_ledger(
+        db_url: str, other_db_url: str, tmp_path: Path, ledgers: list[Ledger]) -> None:
+    journal = tmp_path / "shared-journal"
+    first = Ledger(db_url, journal)
+    first.start()
+    first_id = first.ledger_id
+    first.close()
+    refused = full_record(2, cost_units=MAX_COST_UNITS + 1)  # beyond the money columns' cap
+    segment = left_behind(journal, first_id, [full_record(0), full_record(1), refused])
+    second = Ledger(other_db_url, journal)
+    ledgers.append(second)
+    second.start()
+    aside = journal / "foreign" / segment.name
+    assert aside.exists()
+    stats = second.adopt()
+    assert (stats.records, stats.inserted, stats.refused) == (3, 2, 1)
+    assert "0 already in the ledger" in stats.summary() and "1 refused by the database" in stats.summary()
+    assert [orjson.loads(line)["id"] for p in second.dead_letter_dir.glob("*.jsonl")
+            for line in p.read_bytes().splitlines()] == [refused.id]
