@@ -6,9 +6,9 @@ from proxy.report.formats.alternatives import alternatives_table
 from proxy.report.formats.charts import Chart, all_charts
 from proxy.report.formats.curve import curve_svg, curve_table
 from proxy.report.formats.decision import decision_table, far_from_close
-from proxy.report.formats.load_tables import load_table, nodes_table, slo_table
+from proxy.report.formats.load_tables import load_table, nodes_table, slo_table, sources_table
 from proxy.report.formats.svg import esc, legend
-from proxy.report.formats.tables import Table, report_tables
+from proxy.report.formats.tables import Cell, Table, Value, report_tables
 from proxy.report.model import Report
 from proxy.report.numbers import UNPRICED, compact, count, counted, money, percent
 from proxy.times import rfc3339
@@ -30,6 +30,8 @@ table { border-collapse: collapse; font-size: 13px; font-variant-numeric: tabula
 caption { text-align: left; font-weight: 600; padding: 4px 0; }
 th, td { padding: 4px 8px; border-bottom: 1px solid #e6eaef; vertical-align: bottom; white-space: nowrap; }
 td.prose { white-space: normal; }
+td a { color: inherit; text-decoration: underline dotted #8a94a3; text-underline-offset: 2px; }
+td a:hover { color: #0072b2; text-decoration-style: solid; }
 th { background: #f2f5f9; text-align: left; font-weight: 600; white-space: nowrap; }
 th .unit { display: block; font-weight: 400; font-size: 11px; color: #5b6472; }
 .n { text-align: right; white-space: nowrap; }
@@ -86,7 +88,7 @@ def render_html(r: Report) -> str:
              "<h2>What if</h2>", _table(tables["what_if"]),
              "<h2>Self-hosting</h2>", _figure(charts["breakeven"]), _table(tables["self_hosting"]),
              _table(tables["assumptions"]), _table(load_table(r.load_by_minute)), _table_or_note(nodes_table(r.nodes)),
-             _table_or_note(slo_table(r.slo))]
+             _table_or_note(sources_table(r.nodes)), _table_or_note(slo_table(r.slo))]
     body += [_curve(r), _table_or_note(curve_table(r.cost_curve)),
              _table_or_note(alternatives_table(r.alternatives, r.alternatives_priced))]
     return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
@@ -150,20 +152,29 @@ def _table(t: Table) -> str:
         unit = f'<span class="unit">{esc(c.unit)}</span>' if c.unit else ""
         return f'<th scope="col"{_align(i, t)}>{esc(c.title)}{unit}</th>'
 
-    def row(values: tuple[str, ...]) -> str:
-        return "<tr>" + "".join(f"<td{_align(i, t)}>{esc(v)}</td>" for i, v in enumerate(values)) + "</tr>"
+    def row(values: tuple[Value, ...]) -> str:
+        return "<tr>" + "".join(_cell(v, _align(i, t)) for i, v in enumerate(values)) + "</tr>"
 
     foot = f"<tfoot>{row(t.total)}</tfoot>" if t.total else ""
     body = "".join(row(v) for v in t.rows) or f'<tr><td colspan="{len(t.columns)}">{esc(t.empty)}</td></tr>'
     note = f'<p class="note">{esc(t.note)}</p>' if t.note else ""
-    return (f'<div class="scroll"><table data-section="{esc(t.key)}"><caption>{esc(t.title)}</caption>'
-            f"<thead><tr>{''.join(head(i) for i in range(len(t.columns)))}</tr></thead>"
+    return (f'<div class="scroll" id="{esc(t.key)}"><table data-section="{esc(t.key)}"><caption>{esc(t.title)}'
+            f"</caption><thead><tr>{''.join(head(i) for i in range(len(t.columns)))}</tr></thead>"
             f"<tbody>{body}</tbody>{foot}</table></div>{note}")
+
+
+def _cell(v: Value, align: str) -> str:
+    """A cell; a figure with an origin as a link to it, and the id that links to its row."""
+    if not isinstance(v, Cell):
+        return f"<td{align}>{esc(v)}</td>"
+    anchor = f' id="{esc(v.anchor)}"' if v.anchor else ""
+    shown = esc(v.text) if v.href is None else f'<a href="{esc(v.href)}">{esc(v.text)}</a>'
+    return f"<td{anchor}{align}>{shown}</td>"
 
 
 def _table_or_note(t: Table) -> str:
     """A table with rows; else what its absence means, in one sentence."""
-    return _table(t) if t.rows else f'<p class="note" data-section="{esc(t.key)}">{esc(t.empty)}</p>'
+    return _table(t) if t.rows else f'<p class="note" id="{esc(t.key)}" data-section="{esc(t.key)}">{esc(t.empty)}</p>'
 
 
 def _align(i: int, t: Table) -> str:
