@@ -135,4 +135,8 @@ def test_a_25_request_month_says_it_in_one_line_first(tmp_path: Path) -> None:
     assert line.startswith(("**Not close: ", "**Self-hosting is not close: ")) and line.endswith("below.**"), line
     assert md.index(line) < md.index("## The decision") < md.index("breaks even at")
     html = render(r, "html")
-    assert html.index('data-far="1"') < html.index('data-section="decision"')
+    # The volume break-even is detail too: in the self-hosting section, not on the first screen, whose
+    # card names the decision's answer.
+    assert html.index('data-far="1"') < html.index('data-section="decision"') < html.index(
+        "<h2>Self-hosting</h2>") < html.index("breaks even at")
+    assert "Self-hosting breaks even at" not in html and "Cheapest this month" in html

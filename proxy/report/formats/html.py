@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from proxy.report.decision import answer
 from proxy.report.formats.alternatives import alternatives_table
 from proxy.report.formats.charts import Chart, all_charts
 from proxy.report.formats.curve import curve_svg, curve_table
@@ -66,13 +67,16 @@ def render_html(r: Report) -> str:
         f'<p class="meta">Generated {esc(rfc3339(r.generated_at, "seconds"))}. Money in US dollars; '
         f"days and hours in {esc(r.timezone)}. Hover over a bar, line or point for its exact value.</p>",
         _cards(r),
-        f'<p class="summary">{esc(r.self_hosting.summary)}</p>',
     ]
+    # The volume break-even's sentence is the first page's summary only without a decision;
+    # beside one it is detail, and goes with the self-hosting section.
+    volume = f'<p class="summary">{esc(r.self_hosting.summary)}</p>'
     if r.decision:  # the decision on the first screen, the detail below it
         far = far_from_close(r.decision)
-        body.insert(3, _table(decision_table(r.decision)))
-        if far:
-            body.insert(3, f'<p class="summary" data-far="1">{esc(far)}</p>')
+        body += [f'<p class="summary" data-far="1">{esc(far)}</p>'] if far else []
+        body.append(_table(decision_table(r.decision)))
+    else:
+        body.append(volume)
     if r.unpriced_models:
         body.append(f'<p class="warn">Unpriced models (their cost is unknown and not in the totals): '
                     f"{esc(', '.join(r.unpriced_models))}.</p>")
@@ -86,7 +90,8 @@ def render_html(r: Report) -> str:
              "<h2>Speed</h2>", _table(tables["speed"]),
              *(("<h2>Budgets</h2>", _table(tables["budgets"])) if r.budgets else ()),
              "<h2>What if</h2>", _table(tables["what_if"]),
-             "<h2>Self-hosting</h2>", _figure(charts["breakeven"]), _table(tables["self_hosting"]),
+             "<h2>Self-hosting</h2>", *((volume,) if r.decision else ()), _figure(charts["breakeven"]),
+             _table(tables["self_hosting"]),
              _table(tables["assumptions"]), _table(load_table(r.load_by_minute)), _table_or_note(nodes_table(r.nodes)),
              _table_or_note(sources_table(r.nodes)), _table_or_note(slo_table(r.slo))]
     body += [_curve(r), _table_or_note(curve_table(r.cost_curve)),
@@ -118,7 +123,10 @@ def _cards(r: Report) -> str:
     if not f.month_complete:
         cards.append(("Forecast for the month", money(f.projected_cost_units),
                       f"{compact(f.projected_tokens)} tokens at the run-rate so far"))
-    if sh.api_tokens:
+    best = answer(r.decision)
+    if best is not None:  # the decision's answer; the volume break-even is detail beside it
+        cards.append(("Cheapest this month", best.choice, f"{money(best.monthly_cost_units)} a month (the decision)"))
+    elif sh.api_tokens:
         cards.append(("Self-hosting breaks even at", f"{sh.volume_multiple_to_breakeven:,.1f}x",
                       f"this month's volume ({compact(sh.breakeven_monthly_tokens)} tokens/month)"))
     return '<div class="cards">' + "".join(
