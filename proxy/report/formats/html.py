@@ -22,7 +22,7 @@ h1 { font-size: 24px; margin: 0 0 4px; } h2 { font-size: 18px; margin: 36px 0 8p
 .meta { color: #5b6472; margin: 0 0 16px; }
 .cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(150px, 1fr)); gap: 10px; margin: 16px 0; }
 .card { border: 1px solid #dde3ea; border-radius: 6px; padding: 10px 12px; background: #f7f9fc; }
-.card .k { font-size: 12px; color: #5b6472; } .card .v { font-size: 22px; font-weight: 600; }
+.card .k { font-size: 12px; color: #5b6472; } .card .v { font-size: 22px; font-weight: 600; overflow-wrap: anywhere; }
 .card .s { font-size: 12px; color: #5b6472; }
 .summary { background: #eef4fb; padding: 10px 14px; border-left: 4px solid #0072b2; }
 .warn { background: #fff4e5; padding: 10px 14px; border-left: 4px solid #e69f00; }
