@@ -24,7 +24,7 @@ from tests.report.test_load_by_minute import TZ, seeded
 ROOT = Path(__file__).resolve().parents[2]
 VENDOR = "https://example.com/vendor/mi355x-benchmark"
 # A configured profile: one figure's source an address, the others words (an in-report source row).
-OWN = NodeProfile("own node", "8x test", kv_cache_tokens=400_000, prefill_tokens_per_s=20_000,
+OWN = NodeProfile("own.node_1", "8x test", kv_cache_tokens=400_000, prefill_tokens_per_s=20_000,
                   decode_tokens_per_s=2_000, rent_usd_per_month=Decimal("9000"), power_kw=Decimal("12"),
                   sources=(("accelerators", "our rack"), ("kv_cache_tokens", "measured on our node, 2026-10"),
                            ("prefill_tokens_per_s", "assumption"), ("decode_tokens_per_s", VENDOR),
@@ -71,18 +71,18 @@ def test_every_figure_links_to_its_origin(tmp_path: Path) -> None:
     rows = [line for line in decision.splitlines() if line.startswith(("| self_host:", "| → api", "| api"))]
     assert len(rows) == 1 + 1 + len(SHIPPED)
     assert "| [$0.00021](<#by_model>) |" in rows[0]  # the API's cost: the month's bill, measured
-    own = next(x for x in rows if "self_host:own node" in x)
-    assert own.count("(<#node-own-node>)") == 3 and "(<#cost_curve>)" in own and "(<#assumptions>)" in own
+    own = next(x for x in rows if "self_host:own.node_1" in x)
+    assert own.count("(<#node-own.node_1>)") == 3 and "(<#cost_curve>)" in own and "(<#assumptions>)" in own
 
     # Node figures: an address is linked as it is; words are quoted in the sources table, which the
     # figure links to; the shipped profiles' figures link to the docs section that lists them.
     nodes = md[md.index("## Nodes the load needs"):md.index("## Node figures and their sources")]
-    own_row = next(line for line in nodes.splitlines() if 'id="node-own-node"' in line)
+    own_row = next(line for line in nodes.splitlines() if 'id="node-own.node_1"' in line)
     assert f"[2,000](<{VENDOR}>)" in own_row
-    assert "[400,000](<#source-own-node-kv_cache_tokens>)" in own_row
-    assert "[$9,000.00/month](<#source-own-node-rent_usd_per_month>)" in own_row
+    assert "[400,000](<#source-own.node_1-kv_cache_tokens>)" in own_row
+    assert "[$9,000.00/month](<#source-own.node_1-rent_usd_per_month>)" in own_row
     sources = md[md.index("## Node figures and their sources"):]
-    quoted = '<a id="source-own-node-kv_cache_tokens"></a>own node | KV cache | measured on our node, 2026-10 |'
+    quoted = '<a id="source-own.node_1-kv_cache_tokens"></a>own.node_1 | KV cache | measured on our node, 2026-10 |'
     assert quoted in sources
     assert f"| [{VENDOR}](<{VENDOR}>) |" in sources
     shipped_row = next(line for line in nodes.splitlines() if 'id="node-8xB300-vllm-dcp8"' in line)
