@@ -216,6 +216,21 @@ class Board:
         self.panel("heatmap", title, description, targets, unit, w, h, options, custom,
                    extra={"interval": interval})
 
+    def xychart(self, title: str, description: str, targets: list[Json], unit: str, transformations: list[Json],
+                overrides: list[Json], w: int = 12, h: int = 10) -> None:
+        """Points and lines over a numeric x axis: after `transformations`, one table whose first number
+        field is x and whose other number fields are the series."""
+        options = {"mapping": "auto", "series": [],
+                   "legend": {"calcs": [], "displayMode": "list", "placement": "bottom", "showLegend": True},
+                   "tooltip": {"mode": "multi", "sort": "none"}}
+        custom = {"show": "lines", "lineWidth": 2, "pointSize": {"fixed": 5}, "fillOpacity": 50,
+                  "axisPlacement": "auto", "axisLabel": "", "axisBorderShow": False, "axisCenteredZero": False,
+                  "scaleDistribution": {"type": "linear"}, "hideFrom": {"legend": False, "tooltip": False,
+                                                                       "viz": False}}
+        self.panel("xychart", title, description, targets, unit, w, h, options, custom, min=0,
+                   extra={"transformations": transformations})
+        self.panels[-1]["fieldConfig"]["overrides"] = overrides
+
     # -- the dashboard ------------------------------------------------------------------
     def json(self) -> Json:
         return {
@@ -427,6 +442,7 @@ def cost() -> Board:
            steps=thresholds((None, "green"), (0.01, "orange"), (0.05, "red")), decimals=1)
 
     live_load(b)
+    cost_curve(b)
 
     b.row("Prices")
     b.table("Prices in force (USD per million tokens)", "From llmmeter's price tables, as in force now "
@@ -475,6 +491,60 @@ def live_load(b: Board) -> None:
                fmt="table")], TIMES,
             [{"id": "organize", "options": {"excludeByName": {"Time": True},
                                             "renameByName": {"Value": "load ÷ one node's capacity"}}}], w=8)
+
+
+# The report's cost curve (docs/metrics.md "Cost curve"): each point's utilisation and cost are two
+# gauges sharing a `point` label; joinByLabels makes them one table, a row per point, a column per axis.
+# Replicas sharing a ledger export the same curve: max by (node, point) keeps one of each.
+CURVE_X = 'label_replace(max by (node, point) (llmmeter_cost_curve_utilisation), "axis", "utilisation", "", "")'
+CURVE_SELF = ('label_replace(max by (node, point) (llmmeter_cost_curve_self_hosted_usd_per_million_tokens), "axis", '
+              '"self-hosted", "", "")')
+CURVE_API = ('label_replace(max by (node, point) (llmmeter_cost_curve_utilisation) * 0 + on () group_left () '
+             'max(llmmeter_cost_curve_api_usd_per_million_tokens), "axis", "API", "", "")')
+CURVE_YOU = ('label_replace(max by (node, point) (llmmeter_cost_curve_self_hosted_usd_per_million_tokens'
+             '{point="measured"}), "axis", "measured utilisation", "", "")')
+
+
+def _named(name: str, **custom: Any) -> Json:
+    return {"matcher": {"id": "byName", "options": name},
+            "properties": [{"id": f"custom.{k}", "value": v} for k, v in custom.items()]}
+
+
+def cost_curve(b: Board) -> None:
+    """The report's cost_curve for the UTC month so far, and its measured and break-even utilisations."""
+    b.row("Self-hosting against the API: cost by utilisation")
+    b.xychart("Cost per million tokens by utilisation", "The monthly report's cost curve for this UTC month so "
+              "far: USD per million tokens on the cheapest node profile at its nodes with redundancy, by how "
+              "busy it is (0 to 1), against what the API cost per million tokens this month; the dot is the "
+              "measured utilisation. Where the self-hosted line falls below the API's, self-hosting is "
+              "cheaper. The node figures are vendor claims and assumptions (the report's nodes section gives "
+              "each one's source); the whole month, every tenant and model, as `llmmeter report` has it.",
+              [q(CURVE_X, "{{axis}} {{point}}", instant=True), q(CURVE_SELF, "{{axis}} {{point}}", instant=True),
+               q(CURVE_API, "{{axis}} {{point}}", instant=True), q(CURVE_YOU, "{{axis}} {{point}}", instant=True)],
+              USD,
+              [{"id": "joinByLabels", "options": {"value": "axis", "join": ["point"]}},
+               {"id": "sortBy", "options": {"fields": {}, "sort": [{"field": "utilisation", "desc": False}]}},
+               {"id": "organize", "options": {"excludeByName": {"point": True}, "indexByName": {
+                   "utilisation": 0, "self-hosted": 1, "API": 2, "measured utilisation": 3}}}],
+              [{"matcher": {"id": "byName", "options": "utilisation"},
+                "properties": [{"id": "unit", "value": RATIO}, {"id": "max", "value": 1}]},
+               _named("measured utilisation", show="points", pointSize={"fixed": 12})], w=24)
+    b.stat("Measured utilisation", "The month so far's mean over every minute of the largest of the three "
+           "loads (KV cache, prefill, decode) over the deployment's capacity: the dot on the curve.",
+           [q('max by (node) (llmmeter_cost_curve_utilisation{point="measured"})', "{{node}}", instant=True)],
+           RATIO, w=6, decimals=2)
+    b.stat("Break-even utilisation", "The utilisation at which the deployment's cost per million tokens meets "
+           "the API's (the report's breakeven_utilisation): self-hosting is cheaper above it. Above 100%, it "
+           "does not win even fully used.",
+           [q("max by (node) (llmmeter_cost_curve_breakeven_utilisation)", "{{node}}", instant=True)], RATIO, w=6,
+           decimals=2)
+    b.stat("API per million tokens", "What the API cost per million tokens this UTC month so far: its cost "
+           "over its tokens of the four billing categories, self-hosted upstreams left out.",
+           [q("max(llmmeter_cost_curve_api_usd_per_million_tokens)", "API", instant=True)], USD, w=6)
+    b.stat("Self-hosted deployment per month", "The monthly cost of the deployment the curve is for: the "
+           "cheapest node profile at its nodes with redundancy (rent or amortised capex, power, operations).",
+           [q("max by (node, nodes) (llmmeter_cost_curve_monthly_cost_usd)", "{{nodes}} x {{node}}",
+              instant=True)], USD, w=6)
 
 
 def latency() -> Board:

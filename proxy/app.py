@@ -32,6 +32,7 @@ from proxy.metrics.listener import MetricsListener
 from proxy.metrics.metrics import Metrics
 from proxy.relay.handler import Receive, Relay, Scope, Send
 from proxy.relay.provenance import BatchFiles
+from proxy.report.curve import month_so_far
 from proxy.server.protocol import ServerLimits
 from proxy.settings import Settings
 from proxy.startup import startup_lines, startup_warnings
@@ -58,8 +59,10 @@ def build_parts(settings: Settings, registry: CollectorRegistry | None = None) -
     ledger = Ledger(settings.ledger_url, settings.journal_dir, settings.fsync,
                     keep_requests_months=settings.keep_requests_months)
     registry = registry or CollectorRegistry()
+    self_hosted = frozenset(u.name for u in settings.upstreams if u.self_hosted)
     metrics = Metrics(settings, book, registry, month_to_date=ledger.month_to_date_cost,
-                      pending=lambda: ledger.pending, ledger_counts=lambda: (ledger.rejected, ledger.lost))
+                      pending=lambda: ledger.pending, ledger_counts=lambda: (ledger.rejected, ledger.lost),
+                      cost_curve=lambda now: month_so_far(ledger.store, settings.selfhost, self_hosted, now))
     budgets = None
     if settings.budgets:
         budgets = Budgets(settings.budgets, Reserver(book, settings.model_limits), ledger.store,

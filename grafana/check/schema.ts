@@ -7,6 +7,7 @@ import type * as heatmap from '@grafana/schema/dist/esm/raw/composable/heatmap/p
 import type * as piechart from '@grafana/schema/dist/esm/raw/composable/piechart/panelcfg/x/PieChartPanelCfg_types.gen';
 import type * as stat from '@grafana/schema/dist/esm/raw/composable/stat/panelcfg/x/StatPanelCfg_types.gen';
 import type * as table from '@grafana/schema/dist/esm/raw/composable/table/panelcfg/x/TablePanelCfg_types.gen';
+import type * as xychart from '@grafana/schema/dist/esm/raw/composable/xychart/panelcfg/x/XYChartPanelCfg_types.gen';
 import type * as timeseries from '@grafana/schema/dist/esm/raw/composable/timeseries/panelcfg/x/TimeSeriesPanelCfg_types.gen';
 
 // 1. JSON cannot name a TypeScript enum member, only its value: every string enum becomes
@@ -52,4 +53,5 @@ export interface Panels {
   stat: Json<PanelOf<'stat', stat.Options, Record<string, unknown>>>;
   table: Json<PanelOf<'table', table.Options, table.FieldConfig>>;
   timeseries: Json<PanelOf<'timeseries', timeseries.Options, timeseries.FieldConfig>>;
+  xychart: Json<PanelOf<'xychart', xychart.Options, xychart.FieldConfig>>;
 }

@@ -23,10 +23,12 @@ from prometheus_client.registry import Collector
 from pricing import Cost, PriceBook
 from pricing.model import BILLING_TYPES
 from proxy.ledger.record import COST_UNITS_PER_USD, Record
+from proxy.metrics.curve import CostCurveGauges
 from proxy.metrics.known import MAX_SERIES, known_series
 from proxy.metrics.load import request_load
 from proxy.metrics.tally import Buckets, Sum, Tally
 from proxy.protocol.names import ENDPOINTS, FAULT_KINDS, METERED, REFUSAL_REASONS, UNAUTHENTICATED
+from proxy.report.curve import CostCurve
 from proxy.report.nodes import LIMITS, profiles
 from proxy.settings import Settings
 
@@ -68,8 +70,10 @@ class Metrics:
     def __init__(self, settings: Settings, book: PriceBook, registry: CollectorRegistry,
                  month_to_date: Callable[[datetime], Mapping[str, int]] | None = None,
                  pending: Callable[[], int] | None = None,
-                 ledger_counts: Callable[[], tuple[int, int]] | None = None) -> None:
-        """`ledger_counts`: the ledger's (rejected, lost) records so far (Ledger.rejected, Ledger.lost)."""
+                 ledger_counts: Callable[[], tuple[int, int]] | None = None,
+                 cost_curve: Callable[[datetime], CostCurve | None] | None = None) -> None:
+        """`ledger_counts`: the ledger's (rejected, lost) records so far (Ledger.rejected, Ledger.lost);
+        `cost_curve`: the report's cost curve for the UTC month so far (proxy/report/curve.py month_so_far)."""
         self.labels = Labels(settings, book)
         self._keys: dict[tuple[str | int | None, ...], _Keys] = {}
         # With several workers, `registry` (the one /metrics reads) gets a collector that sums
@@ -177,6 +181,8 @@ class Metrics:
             if pending is not None:
                 _publish_every(PENDING_EVERY_S, lambda: gauge.set(pending()))
         registry.register(_Live(book, self.labels, month_to_date, pending, with_pending=not multiproc))
+        if cost_curve is not None:
+            registry.register(CostCurveGauges(cost_curve))
         if ledger_counts is not None:
             if multiproc:
                 _publish_ledger_counts(r, ledger_counts)

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from fractions import Fraction
+from zoneinfo import ZoneInfo
 
-from proxy.ledger.store import HourlyRow
-from proxy.report.load import FIGURES, LoadByMinute
-from proxy.report.nodes import LIMITS, NodeNeed
+from proxy.ledger.store import HourlyRow, Store
+from proxy.report.load import FIGURES, LoadByMinute, load_by_minute
+from proxy.report.nodes import LIMITS, NodeNeed, nodes_needed, profiles
 from proxy.settings import NodeProfile, SelfHost
 
 HOURS_PER_MONTH = 730  # as SPEC's power cost has it
@@ -106,3 +108,16 @@ def cost_curve(load: LoadByMinute, needs: tuple[NodeNeed, ...], sh: SelfHost, ap
                      api_tokens=api_tokens, points=points, api_units_per_mtok=per_mtok,
                      measured_utilisation=measured, breakeven_utilisation=breakeven,
                      self_hosted_units_per_mtok_measured=at_measured)
+
+
+def month_so_far(store: Store, sh: SelfHost, self_hosted_upstreams: frozenset[str], now: datetime
+                 ) -> CostCurve | None:
+    """The report's cost_curve for the UTC month of `now`, so far, over every tenant: what `serve`
+    exports for the cost dashboard (proxy/metrics/curve.py), the same figures as `llmmeter report
+    --month` of this month in UTC."""
+    now = now.astimezone(UTC)
+    start = datetime(now.year, now.month, 1, tzinfo=UTC)
+    end = (start + timedelta(days=32)).replace(day=1)
+    load = load_by_minute(store, start, end, now, ZoneInfo("UTC"), None)
+    units, tokens = api_traffic(store.grouped_rows(start, end, None, ("upstream", "metered")), self_hosted_upstreams)
+    return cost_curve(load, nodes_needed(load, profiles(sh)), sh, units, tokens)

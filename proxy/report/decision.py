@@ -11,6 +11,7 @@ whichever option is cheapest); the API or a provider wins when its prices fall f
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -41,7 +42,8 @@ def decision(api_units: int, load: LoadByMinute, needs: tuple[NodeNeed, ...], sh
     tokens; None leaves the provider option out."""
     options = [Option("api", api_units, None, "", "measured: this month's API traffic, as billed")]
     if alternative is not None and alternative.cost_usd is not None:
-        dated = f", prices from {alternative.price_date.isoformat()}" if alternative.price_date else ""
+        dated = (f", prices from {alternative.price_date.isoformat()}" if alternative.price_date
+                 else ", prices undated in genai-prices")
         options.append(Option(f"provider:{alternative.provider}", round(alternative.cost_usd * UNITS_PER_USD),
                               None, "", f"genai-prices for {alternative.provider_model}{dated}, this month's tokens"))
     for need in needs:
@@ -63,22 +65,41 @@ def answer(options: tuple[Option, ...]) -> Option | None:
 
 
 def far_from_close(options: tuple[Option, ...]) -> str | None:
-    """One line when the next option costs FAR times the answer or more; None when it is close."""
+    """One line when the answer is far from close: the next option costs FAR times the answer or more,
+    or, when the answer is not self-hosting and another option is near it, the cheapest self-hosted
+    one does (the question llmmeter's report is for). None when neither is."""
     best = answer(options)
     others = sorted((o for o in options if o is not best), key=lambda o: o.monthly_cost_units)
     if best is None or not others:
         return None
     runner = others[0]
-    if runner.monthly_cost_units < FAR * best.monthly_cost_units:
-        return None
-    ratio = (f"{runner.monthly_cost_units // best.monthly_cost_units:,}x" if best.monthly_cost_units
-             else "infinitely")
-    return (f"Not close: {best.choice} is the answer; the next option, {runner.choice}, costs {ratio} as much "
-            "this month. The detail is below.")
+    if _far(runner, best):
+        return (f"Not close: {best.choice} is the answer; the next option, {runner.choice}, costs "
+                f"{_times(runner, best)} as much this month. The detail is below.")
+    hosted = [o for o in others if o.nodes is not None]
+    if best.nodes is None and hosted and _far(hosted[0], best):
+        return (f"Self-hosting is not close: its cheapest option, {hosted[0].choice}, costs {_times(hosted[0], best)} "
+                f"as much as the answer, {best.choice}, this month; {best.choice} against {runner.choice} is the "
+                "close call. The detail is below.")
+    return None
+
+
+def _far(o: Option, best: Option) -> bool:
+    return o.monthly_cost_units >= FAR * best.monthly_cost_units
+
+
+def _times(o: Option, best: Option) -> str:
+    return f"{o.monthly_cost_units // best.monthly_cost_units:,}x" if best.monthly_cost_units else "infinitely"
 
 
 def _pct(v: Fraction) -> str:
-    return f"{float(v):.2%}" if v < Fraction(1, 100) else f"{float(v):,.0%}"
+    """A percentage: whole from 1%, else two significant digits (0.11%, 0.00010%), never a 0 that is not."""
+    if v >= Fraction(1, 100):
+        return f"{float(v):,.0%}"
+    if not v:
+        return "0%"
+    places = max(2, 1 - math.floor(math.log10(v * 100)))
+    return f"{float(v * 100):.{places}f}%"
 
 
 def _wins_if(o: Option, best: Option) -> str:
@@ -92,7 +113,12 @@ def _wins_if(o: Option, best: Option) -> str:
         you = _pct(o.utilisation)
         if needed <= 1:
             return f"self-hosting wins above {_pct(needed)} utilisation; you are at {you}"
-        return f"self-hosting does not win even fully used (it would need {_pct(needed)} utilisation); you are at {you}"
-    fall = 1 - Fraction(best.monthly_cost_units, o.monthly_cost_units) if o.monthly_cost_units else Fraction(0)
+        # Fully used, a token costs needed x what it costs on the answer.
+        full = f"{float(needed):,.1f}x" if needed < 10 else f"{math.floor(needed):,}x"
+        return (f"self-hosting does not win even fully used (a token would still cost {full} the answer's); "
+                f"you are at {you}")
     who = "the API's prices" if o.choice == "api" else f"{o.choice.split(':', 1)[1]}'s prices"
-    return f"wins if {who} fall by more than {_pct(fall)}"
+    share = Fraction(best.monthly_cost_units, o.monthly_cost_units) if o.monthly_cost_units else Fraction(1)
+    if share < Fraction(1, 100):  # "fall by more than 100%" would read as impossible
+        return f"wins if {who} fall to under {_pct(share)} of today's"
+    return f"wins if {who} fall by more than {_pct(1 - share)}"

@@ -214,6 +214,7 @@ TOTALS: dict[str, Ledger] = {
 RATE = "a rate over a moving window (rate() or a 5-minute recording rule), not a total over the range"
 PERCENTILE = "a percentile interpolated from histogram buckets (docs/metrics.md states the error)"
 GAUGE = "a gauge llmmeter sets from the configuration or its own state, read as it is"
+CURVE = "the report's cost_curve for the UTC month so far, over the month's minutes (test_live.py compares it)"
 
 WATCHES: dict[str, Watch] = {
     "Spend rate (USD per hour)": Watch(RATE),
@@ -237,6 +238,11 @@ WATCHES: dict[str, Watch] = {
     "Prefill and decode tokens per second, by the minute": Watch(RATE),
     "Nodes needed now by profile": Watch(RATE + ", over configured node capacities"),
     "Binding limit now by profile": Watch(RATE + ", over configured node capacities"),
+    "Cost per million tokens by utilisation": Watch(CURVE),
+    "Measured utilisation": Watch(CURVE),
+    "Break-even utilisation": Watch(CURVE),
+    "API per million tokens": Watch(CURVE),
+    "Self-hosted deployment per month": Watch(CURVE),
     "TTFT p95": Watch(PERCENTILE),
     "Duration p95": Watch(PERCENTILE),
     "Proxy overhead p99": Watch(PERCENTILE),

@@ -422,3 +422,60 @@ def test_estimated_share_counts_calls_after_the_restart(stack: tuple[Served, Pro
     _, prom = stack
     [s] = prom.query('llmmeter:estimated_usage:ratio_rate30m{model="kimi-k3.1-pro"}')
     assert float(s["value"][1]) > 0
+
+
+def test_cost_curve_is_the_reports(stack: tuple[Served, Prometheus]) -> None:
+    """The cost dashboard's curve is the report's cost_curve for this UTC month so far: every point's
+    utilisation and cost, the API's line, the measured utilisation marked, and the stats beside it.
+    llmmeter reads the ledger for it at most once a minute, and the month's minutes grow while the
+    test runs, so the figures agree to 0.1% once the gauges are newer than the last record."""
+    proxy, prom = stack
+    month = datetime.now(UTC).strftime("%Y-%m")
+    r = proxy.cli("report", "--month", month, "--format", "json", "--db", proxy.db_url,
+                  "--config", str(proxy.tmp / "llmmeter.toml"))
+    assert r.returncode == 0, r.stderr
+    curve = json.loads(r.stdout)["cost_curve"]
+    assert len(curve["points"]) == 20 and curve["self_hosted_usd_per_mtok_at_measured"] is not None
+    api = Decimal(curve["api_usd_per_mtok"])
+    want: dict[str, Decimal] = {}
+    for p in curve["points"]:
+        name = f"u{round(p['utilisation'] * 100):02d}"
+        want |= {f"utilisation {name}": Decimal(str(p["utilisation"])),
+                 f"self-hosted {name}": Decimal(p["self_hosted_usd_per_mtok"]), f"API {name}": api}
+    measured = Decimal(curve["self_hosted_usd_per_mtok_at_measured"])
+    want |= {"self-hosted measured": measured, "API measured": api, "measured utilisation measured": measured}
+    if curve["breakeven_utilisation"] is not None and curve["breakeven_utilisation"] <= 1:
+        want |= {"self-hosted breakeven": api, "API breakeven": api}
+    by_title = {p["title"]: p for d in dashboards() for p in panels(d)}
+    stats = {"API per million tokens": {"API": api},
+             "Self-hosted deployment per month": {f"{curve['nodes']} x {curve['node']}":
+                                                  Decimal(curve["monthly_cost_usd"])}}
+
+    def wrong() -> list[str]:
+        now = time.time()
+        got = panel_numbers(prom, by_title["Cost per million tokens by utilisation"], ALL, RANGE_S, now)
+        # The report's JSON rounds utilisations to 6 places: the measured and break-even ones are compared there.
+        off = []
+        for key, v in (("utilisation measured", curve["measured_utilisation"]),
+                       ("utilisation breakeven", curve["breakeven_utilisation"])):
+            if key in got and (v is None or abs(got.pop(key) - Decimal(str(v))) > Decimal("1e-6")):
+                off.append(key)
+        off += [k for k in sorted(set(got) | set(want)) if k not in got or k not in want
+                or abs(got[k] - want[k]) > Decimal("0.001") * abs(want[k]) + Decimal("1e-9")]
+        for title, expect in stats.items():
+            have = panel_numbers(prom, by_title[title], ALL, RANGE_S, now)
+            off += [f"{title} {k}" for k in set(have) | set(expect) if k not in have or k not in expect
+                    or abs(have[k] - expect[k]) > Decimal("0.001") * abs(expect[k])]
+        [u] = panel_numbers(prom, by_title["Measured utilisation"], ALL, RANGE_S, now).values()
+        if abs(u - Decimal(str(curve["measured_utilisation"]))) > Decimal("1e-6"):
+            off.append("Measured utilisation")
+        even = Decimal(str(curve["breakeven_utilisation"]))  # 6 places, whatever its size
+        [b] = panel_numbers(prom, by_title["Break-even utilisation"], ALL, RANGE_S, now).values()
+        if abs(b - even) > Decimal("1e-6") + Decimal("0.001") * even:
+            off.append("Break-even utilisation")
+        return off
+
+    deadline = time.monotonic() + 150  # the gauges' minute, a scrape, and a margin for a busy machine
+    while (found := wrong()) and time.monotonic() < deadline:
+        time.sleep(2)
+    assert found == []

@@ -34,6 +34,8 @@ class Page(HTMLParser):
         self.tables: list[Table] = []
         self.charts: list[Chart] = []
         self.visible: list[str] = []
+        self.links: list[str] = []  # every <a href>, as written
+        self.ids: set[str] = set()  # every id, what a `#...` link can reach
         self._stack: list[tuple[str, dict[str, str]]] = []
         self._cell: list[str] | None = None
         self.feed(text)
@@ -41,6 +43,10 @@ class Page(HTMLParser):
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         a = {k: v or "" for k, v in attrs}
+        if "id" in a:
+            self.ids.add(a["id"])
+        if tag == "a" and "href" in a:
+            self.links.append(a["href"])
         if tag == "svg" and "data-chart" in a:
             self.charts.append(Chart(a["data-chart"]))
         elif tag == "table":

@@ -8,19 +8,23 @@ from __future__ import annotations
 import csv
 import io
 import json
-from datetime import date
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
-from proxy.report import render
+from pricing import PriceBook, default_tables_dir, load_dir
+from proxy.ledger.store import open_store
+from proxy.report import ReportInput, build_report, render
 from proxy.report.alternatives import Alternative
-from proxy.report.decision import decision
+from proxy.report.decision import Option, decision, far_from_close
 from proxy.report.load import LoadByMinute
 from proxy.settings import NodeProfile, SelfHost
+from tests.report.conftest import seed
 from tests.report.test_cost_curve import CHEAP, DEAR, NO_PROVIDER, SELFHOST, expected, half_even, report
 from tests.report.test_load_by_minute import seeded
 
@@ -102,3 +106,37 @@ def test_the_cheapest_other_provider_is_an_option() -> None:
     fall = 1 - Fraction(1_500_000, 2_082_000)
     assert options[0].flips_at == f"wins if the API's prices fall by more than {pct(fall)}"
     assert options[1].flips_at == f"the answer; against api, wins if the API's prices fall by more than {pct(fall)}"
+
+
+def test_self_hosting_far_from_close_beside_a_close_call() -> None:
+    """The API and a provider a few cents apart, self-hosting thousands of times dearer: the answer
+    is a close call, and the line says that self-hosting is not."""
+    opts = (Option("api", 3_800_000_000, None, "", ""), Option("provider:doubleword", 3_400_000_000, None, "", ""),
+            Option("self_host:big", 559_613_300_000_000, "prefill", "", "", nodes=2, utilisation=Fraction(1, 10**6)))
+    assert far_from_close(opts) == (
+        "Self-hosting is not close: its cheapest option, self_host:big, costs 164,592x as much as the answer, "
+        "provider:doubleword, this month; provider:doubleword against api is the close call. The detail is below.")
+    close = (*opts[:2], Option("self_host:big", 6_000_000_000, "prefill", "", "", nodes=2,
+                               utilisation=Fraction(1, 10)))
+    assert far_from_close(close) is None
+
+
+def test_a_25_request_month_says_it_in_one_line_first(tmp_path: Path) -> None:
+    """The month the issue names: 25 requests against the shipped profiles. One line above the decision
+    says the answer is far from close (whichever option is the runner-up), and the detail stays below."""
+    url = seed(tmp_path / "ledger.db", rows=25)
+    inp = ReportInput(month="2026-11", tz=ZoneInfo("UTC"), book=PriceBook(load_dir(default_tables_dir())),
+                      selfhost=SelfHost(), workload_bounds=(4096, 32768, 131072),
+                      now=datetime(2026, 12, 15, tzinfo=UTC))
+    r = build_report(open_store(url, read_only=True), inp)
+    assert r.totals.usage.requests == 25
+    md = render(r, "md")
+    line = md.splitlines()[4]
+    assert line.startswith(("**Not close: ", "**Self-hosting is not close: ")) and line.endswith("below.**"), line
+    assert md.index(line) < md.index("## The decision") < md.index("breaks even at")
+    html = render(r, "html")
+    # The volume break-even is detail too: in the self-hosting section, not on the first screen, whose
+    # card names the decision's answer.
+    assert html.index('data-far="1"') < html.index('data-section="decision"') < html.index(
+        "<h2>Self-hosting</h2>") < html.index("breaks even at")
+    assert "Self-hosting breaks even at" not in html and "Cheapest this month" in html

@@ -7,12 +7,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from proxy.report import Report, render
+from proxy.report.formats.links import GENAI_PRICES, SHIPPED_PROFILES
 from tests.report import browser
 from tests.report.dom import Page
 
 TABLES = {"by_model", "totals", "by_tenant", "by_tag", "by_workload", "by_tag_workload", "daily", "what_if",
           "self_hosting", "assumptions", "by_band", "speed", "unpriced_estimated", "load_by_minute", "nodes",
-          "cost_curve", "decision", "alternatives"}
+          "node_sources", "cost_curve", "decision", "alternatives"}
 CHARTS = ["daily-cost", "token-mix", "cache-by-day", "tag-workload", "hourly", "breakeven", "cost-curve"]
 
 
@@ -62,6 +63,13 @@ def test_seeded_month_in_chromium(build: Callable[[str], Report], tmp_path: Path
     assert [row[0][1] for row in sections["nodes"].rows] == ["8xB300-vllm-fp8", "8xB300-vllm-dcp8",
                                                              "8xMI355X-vllm-atom"]
     assert "vendor claim: vLLM recipe with decode context parallel 8" in text
+
+    # Every figure's origin, as Chromium built the page: links inside reach an id of the page, links out
+    # are the shipped profiles' docs section or a provider's prices in genai-prices.
+    inside = {x[1:] for x in dom.links if x.startswith("#")}
+    assert {"by_model", "load_by_minute", "cost_curve", "assumptions"} <= inside and inside <= dom.ids
+    assert all(x == SHIPPED_PROFILES or re.fullmatch(GENAI_PRICES.format(provider=r"[a-z_]+"), x)
+               for x in dom.links if not x.startswith("#")), dom.links
 
     shot = browser.screenshot(page, tmp_path / "report.png")
     print(f"screenshot: {shot}")

@@ -154,6 +154,7 @@ def test_every_format_carries_the_sections(tmp_path: Path) -> None:
     assert [(x["node"], x["binding"]) for x in rows if x["section"] == "nodes"] == [
         ("kv-bound", "kv_cache"), ("prefill-bound", "prefill"), ("decode-bound", "decode")]
     md = render(r, "md")
-    assert "## Load by the minute" in md and "## Nodes the load needs" in md and "| kv-bound |" in md
+    assert "## Load by the minute" in md and "## Nodes the load needs" in md
+    assert '| <a id="node-kv-bound"></a>kv-bound |' in md
     html = render(r, "html")
     assert 'data-section="load_by_minute"' in html and 'data-section="nodes"' in html

@@ -10,8 +10,9 @@ from typing import Any
 
 from pricing import format_usd, usd
 from proxy.report.curve import CostCurve
+from proxy.report.formats.links import MEASURED_COST, node_anchor
 from proxy.report.formats.svg import PALETTE, Axis, Line, Mark, line_chart, nice_ticks
-from proxy.report.formats.tables import Column, Table
+from proxy.report.formats.tables import Cell, Column, Table
 from proxy.report.numbers import money, money_decimal, percent
 
 DIGITS = 6  # utilisations in JSON and CSV
@@ -70,8 +71,10 @@ def curve_table(c: CostCurve | None) -> Table:
                Column("API", "USD per million tokens"))
     if c is None:
         return Table("cost_curve", "Cost per million tokens by utilisation", columns, (), empty="No node profiles.")
-    api = _per_mtok(c.api_units_per_mtok)
-    rows = tuple((percent(float(p.utilisation), 0), money(p.self_hosted_units_per_mtok), api) for p in c.points)
+    api = Cell(_per_mtok(c.api_units_per_mtok), MEASURED_COST)
+    own = "#" + node_anchor(c.node)  # the profile's figures and their sources
+    rows = tuple((percent(float(p.utilisation), 0), Cell(money(p.self_hosted_units_per_mtok), own), api)
+                 for p in c.points)
     note = (f"{c.nodes} x {c.node} (the cheapest profile at its nodes with redundancy) cost "
             f"{money(c.monthly_cost_units)} a month, for {c.api_tokens:,} API tokens this month at "
             f"{percent(float(c.measured_utilisation), 2)} measured utilisation"

@@ -11,7 +11,8 @@ from proxy.report.decision import Option, answer, far_from_close
 
 __all__ = ["decision_dict", "decision_table", "far_from_close"]
 from proxy.report.formats.curve import fraction
-from proxy.report.formats.tables import Column, Table
+from proxy.report.formats.links import ASSUMPTIONS, CURVE, MEASURED_COST, node_anchor, provider_anchor
+from proxy.report.formats.tables import Cell, Column, Table, Value
 from proxy.report.numbers import money
 
 _BINDING = {"kv_cache": "KV cache", "prefill": "prefill", "decode": "decode", "none": "-"}
@@ -23,18 +24,37 @@ def decision_dict(o: Option) -> dict[str, Any]:
             "flips_at": o.flips_at, "source": o.source, "nodes": o.nodes, "utilisation": fraction(o.utilisation)}
 
 
+def origin(o: Option) -> str:
+    """Where an option's monthly cost comes from: the measured bill, the alternatives row that prices
+    the provider (with its price date), or the node profile's row with its figures' sources."""
+    kind, _, name = o.choice.partition(":")
+    if kind == "provider":
+        return "#" + provider_anchor(name)
+    if kind == "self_host":
+        return "#" + node_anchor(name)
+    return MEASURED_COST
+
+
 def decision_table(options: tuple[Option, ...]) -> Table:
     best = answer(options)
     rows = tuple(("→ " if o is best else "") + o.choice for o in options)
-    body = tuple((choice, money(o.monthly_cost_units), "-" if o.nodes is None else str(o.nodes),
-                  "-" if o.binding is None else _BINDING.get(o.binding, o.binding), o.flips_at, o.source)
-                 for choice, o in zip(rows, options, strict=True))
+
+    def row(choice: str, o: Option) -> tuple[Value, ...]:
+        where = origin(o)
+        own = o.nodes is not None  # self-hosted: nodes, binding and utilisation from the measured load
+        return (choice, Cell(money(o.monthly_cost_units), where), Cell(str(o.nodes), where) if own else "-",
+                "-" if o.binding is None else Cell(_BINDING.get(o.binding, o.binding), where),
+                Cell(o.flips_at, CURVE) if own else o.flips_at,
+                Cell(o.source, ASSUMPTIONS if own else where))
+
+    body = tuple(row(choice, o) for choice, o in zip(rows, options, strict=True))
     return Table("decision", "The decision: this month's traffic, each way",
                  (Column("option", numeric=False), Column("cost", "USD per month"), Column("nodes"),
                   Column("binding limit", numeric=False), Column("what would change the answer", prose=True,
                                                                  numeric=False),
                   Column("where the cost comes from", prose=True, numeric=False)), body,
-                 note="→ marks the answer, the cheapest option. Self-hosting costs rest "
-                      "on the node profiles' figures (vendor claims and assumptions, see the nodes table) and "
-                      "[selfhost]; the API's is measured.",
+                 note="→ marks the answer, the cheapest option. Each figure links to where it comes from: the "
+                      "API's cost to the month's bill (measured), a provider's to its prices and their date, a "
+                      "self-hosted option's to its node profile, whose figures link to their sources (vendor "
+                      "claims and assumptions), and to the [selfhost] assumptions.",
                  empty="No options: no API traffic and no node profiles.")

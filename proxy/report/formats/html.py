@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from proxy.report.decision import answer
 from proxy.report.formats.alternatives import alternatives_table
 from proxy.report.formats.charts import Chart, all_charts
 from proxy.report.formats.curve import curve_svg, curve_table
 from proxy.report.formats.decision import decision_table, far_from_close
-from proxy.report.formats.load_tables import load_table, nodes_table, slo_table
+from proxy.report.formats.load_tables import load_table, nodes_table, slo_table, sources_table
 from proxy.report.formats.svg import esc, legend
-from proxy.report.formats.tables import Table, report_tables
+from proxy.report.formats.tables import Cell, Table, Value, report_tables
 from proxy.report.model import Report
 from proxy.report.numbers import UNPRICED, compact, count, counted, money, percent
 from proxy.times import rfc3339
@@ -21,7 +22,7 @@ h1 { font-size: 24px; margin: 0 0 4px; } h2 { font-size: 18px; margin: 36px 0 8p
 .meta { color: #5b6472; margin: 0 0 16px; }
 .cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(150px, 1fr)); gap: 10px; margin: 16px 0; }
 .card { border: 1px solid #dde3ea; border-radius: 6px; padding: 10px 12px; background: #f7f9fc; }
-.card .k { font-size: 12px; color: #5b6472; } .card .v { font-size: 22px; font-weight: 600; }
+.card .k { font-size: 12px; color: #5b6472; } .card .v { font-size: 22px; font-weight: 600; overflow-wrap: anywhere; }
 .card .s { font-size: 12px; color: #5b6472; }
 .summary { background: #eef4fb; padding: 10px 14px; border-left: 4px solid #0072b2; }
 .warn { background: #fff4e5; padding: 10px 14px; border-left: 4px solid #e69f00; }
@@ -30,6 +31,8 @@ table { border-collapse: collapse; font-size: 13px; font-variant-numeric: tabula
 caption { text-align: left; font-weight: 600; padding: 4px 0; }
 th, td { padding: 4px 8px; border-bottom: 1px solid #e6eaef; vertical-align: bottom; white-space: nowrap; }
 td.prose { white-space: normal; }
+td a { color: inherit; text-decoration: underline dotted #8a94a3; text-underline-offset: 2px; }
+td a:hover { color: #0072b2; text-decoration-style: solid; }
 th { background: #f2f5f9; text-align: left; font-weight: 600; white-space: nowrap; }
 th .unit { display: block; font-weight: 400; font-size: 11px; color: #5b6472; }
 .n { text-align: right; white-space: nowrap; }
@@ -64,13 +67,16 @@ def render_html(r: Report) -> str:
         f'<p class="meta">Generated {esc(rfc3339(r.generated_at, "seconds"))}. Money in US dollars; '
         f"days and hours in {esc(r.timezone)}. Hover over a bar, line or point for its exact value.</p>",
         _cards(r),
-        f'<p class="summary">{esc(r.self_hosting.summary)}</p>',
     ]
+    # The volume break-even's sentence is the first page's summary only without a decision;
+    # beside one it is detail, and goes with the self-hosting section.
+    volume = f'<p class="summary">{esc(r.self_hosting.summary)}</p>'
     if r.decision:  # the decision on the first screen, the detail below it
         far = far_from_close(r.decision)
-        body.insert(3, _table(decision_table(r.decision)))
-        if far:
-            body.insert(3, f'<p class="summary" data-far="1">{esc(far)}</p>')
+        body += [f'<p class="summary" data-far="1">{esc(far)}</p>'] if far else []
+        body.append(_table(decision_table(r.decision)))
+    else:
+        body.append(volume)
     if r.unpriced_models:
         body.append(f'<p class="warn">Unpriced models (their cost is unknown and not in the totals): '
                     f"{esc(', '.join(r.unpriced_models))}.</p>")
@@ -84,9 +90,10 @@ def render_html(r: Report) -> str:
              "<h2>Speed</h2>", _table(tables["speed"]),
              *(("<h2>Budgets</h2>", _table(tables["budgets"])) if r.budgets else ()),
              "<h2>What if</h2>", _table(tables["what_if"]),
-             "<h2>Self-hosting</h2>", _figure(charts["breakeven"]), _table(tables["self_hosting"]),
+             "<h2>Self-hosting</h2>", *((volume,) if r.decision else ()), _figure(charts["breakeven"]),
+             _table(tables["self_hosting"]),
              _table(tables["assumptions"]), _table(load_table(r.load_by_minute)), _table_or_note(nodes_table(r.nodes)),
-             _table_or_note(slo_table(r.slo))]
+             _table_or_note(sources_table(r.nodes)), _table_or_note(slo_table(r.slo))]
     body += [_curve(r), _table_or_note(curve_table(r.cost_curve)),
              _table_or_note(alternatives_table(r.alternatives, r.alternatives_priced))]
     return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
@@ -116,7 +123,10 @@ def _cards(r: Report) -> str:
     if not f.month_complete:
         cards.append(("Forecast for the month", money(f.projected_cost_units),
                       f"{compact(f.projected_tokens)} tokens at the run-rate so far"))
-    if sh.api_tokens:
+    best = answer(r.decision)
+    if best is not None:  # the decision's answer; the volume break-even is detail beside it
+        cards.append(("Cheapest this month", best.choice, f"{money(best.monthly_cost_units)} a month (the decision)"))
+    elif sh.api_tokens:
         cards.append(("Self-hosting breaks even at", f"{sh.volume_multiple_to_breakeven:,.1f}x",
                       f"this month's volume ({compact(sh.breakeven_monthly_tokens)} tokens/month)"))
     return '<div class="cards">' + "".join(
@@ -150,20 +160,29 @@ def _table(t: Table) -> str:
         unit = f'<span class="unit">{esc(c.unit)}</span>' if c.unit else ""
         return f'<th scope="col"{_align(i, t)}>{esc(c.title)}{unit}</th>'
 
-    def row(values: tuple[str, ...]) -> str:
-        return "<tr>" + "".join(f"<td{_align(i, t)}>{esc(v)}</td>" for i, v in enumerate(values)) + "</tr>"
+    def row(values: tuple[Value, ...]) -> str:
+        return "<tr>" + "".join(_cell(v, _align(i, t)) for i, v in enumerate(values)) + "</tr>"
 
     foot = f"<tfoot>{row(t.total)}</tfoot>" if t.total else ""
     body = "".join(row(v) for v in t.rows) or f'<tr><td colspan="{len(t.columns)}">{esc(t.empty)}</td></tr>'
     note = f'<p class="note">{esc(t.note)}</p>' if t.note else ""
-    return (f'<div class="scroll"><table data-section="{esc(t.key)}"><caption>{esc(t.title)}</caption>'
-            f"<thead><tr>{''.join(head(i) for i in range(len(t.columns)))}</tr></thead>"
+    return (f'<div class="scroll" id="{esc(t.key)}"><table data-section="{esc(t.key)}"><caption>{esc(t.title)}'
+            f"</caption><thead><tr>{''.join(head(i) for i in range(len(t.columns)))}</tr></thead>"
             f"<tbody>{body}</tbody>{foot}</table></div>{note}")
+
+
+def _cell(v: Value, align: str) -> str:
+    """A cell; a figure with an origin as a link to it, and the id that links to its row."""
+    if not isinstance(v, Cell):
+        return f"<td{align}>{esc(v)}</td>"
+    anchor = f' id="{esc(v.anchor)}"' if v.anchor else ""
+    shown = esc(v.text) if v.href is None else f'<a href="{esc(v.href)}">{esc(v.text)}</a>'
+    return f"<td{anchor}{align}>{shown}</td>"
 
 
 def _table_or_note(t: Table) -> str:
     """A table with rows; else what its absence means, in one sentence."""
-    return _table(t) if t.rows else f'<p class="note" data-section="{esc(t.key)}">{esc(t.empty)}</p>'
+    return _table(t) if t.rows else f'<p class="note" id="{esc(t.key)}" data-section="{esc(t.key)}">{esc(t.empty)}</p>'
 
 
 def _align(i: int, t: Table) -> str:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from proxy.report.formats.alternatives import alternatives_table
 from proxy.report.formats.curve import curve_table
 from proxy.report.formats.decision import decision_table, far_from_close
-from proxy.report.formats.load_tables import load_table, nodes_table, slo_table
-from proxy.report.formats.tables import Table, peak_to_offpeak_words, report_tables
+from proxy.report.formats.load_tables import load_table, nodes_table, slo_table, sources_table
+from proxy.report.formats.tables import Cell, Table, Value, peak_to_offpeak_words, report_tables
 from proxy.report.model import Report
 from proxy.report.numbers import cost, count, counted, money, percent
 
@@ -51,16 +51,19 @@ def render_md(r: Report) -> str:
     if r.budgets:
         parts += _section(tables["budgets"])
     parts += _section(tables["what_if"])
-    parts += _section(load_table(r.load_by_minute)) + _section(nodes_table(r.nodes)) + _section(slo_table(r.slo))
+    parts += _section(load_table(r.load_by_minute)) + _section(nodes_table(r.nodes))
+    parts += _section(sources_table(r.nodes)) + _section(slo_table(r.slo))
     parts += _section(curve_table(r.cost_curve))
     parts += _section(alternatives_table(r.alternatives, r.alternatives_priced))
     parts += ["## Self-hosting", "", r.self_hosting.summary, "", _table(tables["self_hosting"]), "",
-              _table(tables["assumptions"]), ""]
+              '<a id="assumptions"></a>', "", _table(tables["assumptions"]), ""]
     return "\n".join(parts)
 
 
 def _section(table: Table) -> list[str]:
-    lines = [f"## {table.title}", "", _table(table) if table.rows else table.empty, ""]
+    """The section under its heading, with the anchor that links to it (`#key`, as in the HTML report)."""
+    lines = [f'<a id="{table.key}"></a>', "", f"## {table.title}", "", _table(table) if table.rows else table.empty,
+             ""]
     return lines + ([table.note, ""] if table.note else [])
 
 
@@ -69,8 +72,18 @@ def _table(table: Table) -> str:
     lines = ["| " + " | ".join(headers) + " |",
              "|" + "".join("---:|" if c.numeric else "---|" for c in table.columns)]
     rows = [*table.rows, *((tuple(f"**{v}**" if v else "" for v in table.total),) if table.total else ())]
-    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(_value(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def _value(v: Value) -> str:
+    """A cell; a figure with an origin as a link to it, a row's anchor as an empty HTML anchor before it."""
+    if not isinstance(v, Cell):
+        return _cell(v)
+    shown = _cell(v.text)
+    if v.href is not None:
+        shown = "[" + shown.replace("[", "\\[").replace("]", "\\]") + f"](<{v.href}>)"
+    return (f'<a id="{v.anchor}"></a>' if v.anchor else "") + shown
 
 
 def _cell(text: str) -> str:

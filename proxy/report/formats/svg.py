@@ -174,6 +174,8 @@ def line_chart(name: str, title: str, lines: Sequence[Line], marks: Sequence[Mar
         anchor = "end" if x(m.x) > W * 0.6 else "start"
         dx = -10 if anchor == "end" else 10
         dy = 22 if y(m.y) < height - BOTTOM - 40 else -14  # near the x axis: written above the point
+        if shade_from is not None and y(m.y) < TOP + 24:
+            dy = 40  # at the top (a point off the chart): below the shaded regions' labels
         parts.append(f'<line class="guide" x1="{x(m.x):.1f}" x2="{x(m.x):.1f}" y1="{y(m.y):.1f}" '
                      f'y2="{height - BOTTOM}"/><circle class="mark" cx="{x(m.x):.1f}" cy="{y(m.y):.1f}" r="6" '
                      f'fill="{m.color}"><title>{esc(m.hover)}</title></circle>'

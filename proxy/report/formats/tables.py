@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 
 from proxy.protocol.names import WORKLOADS
 from proxy.report.formats.speeds import MIN_REQUESTS, millis, rate
-from proxy.report.model import BudgetRow, Report, SelfHosting, UnpricedEstimated, Usage
+from proxy.report.model import BudgetRow, Report, SelfHosting, SpeedRow, UnpricedEstimated, Usage
 from proxy.report.numbers import UNPRICED, cost, count, counted, money, percent
 
 WORKLOAD_NAMES = {w: w.replace("_", " ") for w in WORKLOADS}  # "very_long" reads "very long"
@@ -28,11 +28,31 @@ class Column:
 
 
 @dataclass(frozen=True, slots=True)
+class Cell:
+    """A figure that says where it came from: `href` is a section or row of the same report
+    (`#...`) or the source's own address; `anchor` names this cell's row for such links."""
+
+    text: str
+    href: str | None = None
+    anchor: str | None = None
+
+    def __str__(self) -> str:
+        return self.text
+
+
+Value = str | Cell
+
+
+def text(v: Value) -> str:
+    return v.text if isinstance(v, Cell) else v
+
+
+@dataclass(frozen=True, slots=True)
 class Table:
-    key: str  # the report section it shows, e.g. by_model
+    key: str  # the report section it shows, e.g. by_model; the section's anchor in Markdown and HTML
     title: str
     columns: tuple[Column, ...]
-    rows: tuple[tuple[str, ...], ...]
+    rows: tuple[tuple[Value, ...], ...]
     total: tuple[str, ...] | None = None
     note: str = ""
     empty: str = "No requests this month."  # shown in place of rows when there are none
@@ -201,7 +221,17 @@ def _speed(r: Report) -> Table:
     columns = (_label("model"), _label("tier"), Column("streamed requests", "count"),
                Column("output speed p50", "tokens/s"), Column("time to first token p50", "ms"),
                Column("time to first token p95", "ms"), Column("cost per million tokens", "USD"))
-    rows = tuple((x.model, x.tier or "-", count(x.requests), rate(x.output_tokens_per_s_p50, x.requests, 1),
+    # The output speed rests on the requests that ran past their first token: the slo table counts
+    # them per band over the same requests (streamed, with the upstream's usage and a time to first token).
+    timed: dict[tuple[str, str], int] = {}
+    for s in r.slo:
+        timed[(s.model, s.tier)] = timed.get((s.model, s.tier), 0) + s.timed_requests
+
+    def speed(x: SpeedRow) -> str:
+        n = min(x.requests, timed.get((x.model, x.tier), 0))
+        return "-" if not n else rate(x.output_tokens_per_s_p50, n, 1)
+
+    rows = tuple((x.model, x.tier or "-", count(x.requests), speed(x),
                   millis(x.ttft_ms_p50, x.requests), millis(x.ttft_ms_p95, x.requests), per_million(x.model, x.tier))
                  for x in r.speed)
     return Table("speed", "Speed by model and tier", columns, rows,
@@ -209,7 +239,8 @@ def _speed(r: Report) -> Table:
                       "time after the first token; time to first token from the request's arrival. The cost per "
                       "million tokens (all billing categories) is the month's, so a faster tier's premium can be "
                       "weighed against the speed it bought. A speed over fewer than "
-                      f"{MIN_REQUESTS} requests is not shown as a figure.",
+                      f"{MIN_REQUESTS} requests is not shown as a figure, nor one with no request that ran a "
+                      "millisecond past its first token (-).",
                  empty="No streamed requests with usage from the upstream this month.")
 
 
