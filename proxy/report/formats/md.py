@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from proxy.mdtext import md_cell as _cell
 from proxy.report.formats.alternatives import alternatives_table
 from proxy.report.formats.curve import curve_table
 from proxy.report.formats.decision import decision_table, far_from_close
@@ -68,11 +69,7 @@ def _table(table: Table) -> str:
     headers = [f"{c.title} ({c.unit})" if c.unit and c.unit != "count" else c.title for c in table.columns]
     lines = ["| " + " | ".join(headers) + " |",
              "|" + "".join("---:|" if c.numeric else "---|" for c in table.columns)]
-    rows = [*table.rows, *((tuple(f"**{v}**" if v else "" for v in table.total),) if table.total else ())]
-    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in table.rows]
+    if table.total:
+        lines.append("| " + " | ".join(f"**{_cell(v)}**" if v else "" for v in table.total) + " |")
     return "\n".join(lines)
-
-
-def _cell(text: str) -> str:
-    """A client's model or tag name cannot break the table or start a link."""
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").replace("\r", " ")
