@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tracemalloc
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 
 from proxy.errors import ConfigError
 from proxy.ledger import Ledger
+from proxy.ledger.journal import encode
 from proxy.ledger.retention import prune
 from proxy.ledger.store import open_store
 from tests.fake_upstream import FakeUpstream
@@ -114,3 +116,30 @@ def test_the_command_adopts_and_serve_names_it_while_foreign_segments_wait(
     assert Ledger(other_db_url, read_only=True).count(*EVER) == 4 and not aside.exists()
     r = served.cli("ledger", "adopt", "--db", other_db_url)
     assert r.returncode == 0 and "adopted 0 segment(s)" in r.stdout
+
+
+def test_a_segment_with_an_endless_line_is_read_in_bounded_memory(tmp_path: Path, ledgers: list[Ledger]) -> None:
+    """A crafted segment in foreign/ with one line of 48 MiB and no newline among its records: the
+    line was held whole and re-joined for every MiB read (0.5 GB held and 15 s of CPU for 256 MiB).
+    Now it is skipped as it is read; the records around it are adopted."""
+    db = f"sqlite:///{tmp_path / 'data' / 'ledger.db'}"
+    journal = tmp_path / "journal"
+    ledger = Ledger(db, journal)
+    ledgers.append(ledger)
+    ledger.start()
+    foreign = journal / "foreign"
+    foreign.mkdir()
+    crafted = foreign / "segment-00000000000000000001-1-deadbeef.jsonl"
+    with crafted.open("wb") as f:
+        f.write(encode(full_record(1)))
+        f.write(b'{"id": "' + b"a" * (48 << 20))
+        f.write(b'"}\n' + encode(full_record(2)) + b'{"id": "' + b"b" * (3 << 20))  # ends torn, overlong too
+    tracemalloc.start()
+    try:
+        stats = ledger.adopt([crafted])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert (stats.records, stats.inserted, stats.skipped_lines) == (2, 2, 2)
+    assert peak < 8 << 20, f"peak {peak >> 20} MiB while adopting"
+    assert ledger.count(*EVER) == 2
