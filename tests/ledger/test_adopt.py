@@ -7,6 +7,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from proxy.errors import ConfigError
@@ -143,3 +144,34 @@ def test_a_segment_with_an_endless_line_is_read_in_bounded_memory(tmp_path: Path
     assert (stats.records, stats.inserted, stats.skipped_lines) == (2, 2, 2)
     assert peak < 8 << 20, f"peak {peak >> 20} MiB while adopting"
     assert ledger.count(*EVER) == 2
+
+
+def _partitions(db_url: str) -> int:
+    with psycopg.connect(db_url) as con:
+        row = con.execute("SELECT COUNT(*) FROM pg_inherits WHERE inhparent = 'requests'::regclass").fetchone()
+        return int(row[0]) if row else 0
+
+
+def test_records_from_the_future_or_the_distant_past_are_refused(
+        db_url: str, tmp_path: Path, ledgers: list[Ledger]) -> None:
+    """A crafted segment whose records start in 400 different months, from year 1 to year 9000:
+    on PostgreSQL each month was a new partition of requests, which every later query over
+    requests plans and locks (a few thousand such months and every import fails with 'out of
+    shared memory'). No record llmmeter makes starts before 2000 or after the present: such
+    records are refused and kept as dead letters; the segment's real record is adopted."""
+    journal = tmp_path / "journal"
+    ledger = Ledger(db_url, journal)
+    ledgers.append(ledger)
+    ledger.start()
+    partitions = _partitions(db_url) if db_url.startswith("postgresql") else 0
+    foreign = journal / "foreign"
+    foreign.mkdir()
+    crafted = foreign / "segment-00000000000000000001-1-deadbeef.jsonl"
+    far = [datetime(1 if i % 2 else 9000 - i, 1 + i % 12, 1, tzinfo=UTC) for i in range(400)]
+    crafted.write_bytes(b"".join(encode(full_record(i, start=at, budget_leases=None)) for i, at in enumerate(far))
+                        + encode(full_record(1000, start=datetime(2026, 11, 3, tzinfo=UTC), budget_leases=None)))
+    stats = ledger.adopt([crafted])
+    assert (stats.records, stats.inserted) == (401, 1)
+    assert ledger.count(*EVER) == 1
+    if db_url.startswith("postgresql"):
+        assert _partitions(db_url) <= partitions + 1  # at most November 2026's
