@@ -46,6 +46,9 @@ _WIDE = ("cost_units", "input_tokens", "cache_read_tokens", "cache_write_tokens"
 REOPEN_AFTER_S = 1.0  # how soon a failed journal is tried again
 CHECK_EVERY_S = 0.5  # how often the open segment is checked to still be on disk
 _READ_CHUNK = 1 << 20
+# Far beyond any record's line (a few KiB: its free text is cut to 256 characters), and small
+# enough that reading a file never holds more than this and a chunk.
+MAX_LINE_BYTES = 1 << 20
 
 
 @dataclass(eq=False, slots=True)
@@ -267,16 +270,31 @@ def _same_file(path: Path, inode: int) -> bool:
 
 
 def read_segment(fd: int, stats: ReadStats) -> Iterator[Record]:
-    """Every whole record in the file; a torn or unreadable line is skipped and counted."""
-    offset, tail = 0, b""
+    """Every whole record in the file; a torn, unreadable or overlong line is skipped and counted.
+
+    A line longer than MAX_LINE_BYTES is no record llmmeter wrote (its text fields are cut to
+    256 characters): it is skipped as it is read, never held, so a crafted file with one
+    endless line costs neither memory nor time beyond its reading."""
+    offset, tail, overlong = 0, b"", False
     while chunk := os.pread(fd, _READ_CHUNK, offset):
         offset += len(chunk)
-        lines = (tail + chunk).split(b"\n")
-        tail = lines.pop()
-        for line in lines:
-            rec = _parse(line, stats)
-            if rec is not None:
-                yield rec
+        lines = chunk.split(b"\n")
+        rest = lines.pop()  # after the last newline: the start of a line not yet whole
+        if lines:
+            # The first piece ends the line begun in earlier chunks: kept in `tail`, or, when that
+            # line was overlong, already counted and dropped.
+            lines[0] = b"" if overlong else tail + lines[0]
+            overlong, tail = False, b""
+            for line in lines:
+                rec = _parse(line, stats)
+                if rec is not None:
+                    yield rec
+        if overlong:
+            continue
+        tail += rest
+        if len(tail) > MAX_LINE_BYTES:
+            stats.skipped_lines += 1
+            overlong, tail = True, b""
     if tail.strip():
         stats.skipped_lines += 1  # no newline: the write that made it never finished
 

@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 
 from proxy.export import csv_writer, spreadsheet_text
+from proxy.mdtext import md_cell as _cell
 from proxy.reconcile.model import Measure, Reconciliation, RequestDiff, Row
 from proxy.reconcile.provider_cost import difference_pct
 
@@ -149,7 +150,3 @@ def _pct(m: Measure) -> str:
         return "—"
     pct = m.pct
     return "∞" if pct is None else f"{_pct_text(pct)}%"
-
-
-def _cell(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").replace("\r", " ")

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import tracemalloc
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
+import psycopg
 import pytest
 
 from pricing.calculator import MAX_COST_UNITS
 from proxy.errors import ConfigError
 from proxy.ledger import Ledger
+from proxy.ledger.journal import encode
 from proxy.ledger.retention import prune
 from proxy.ledger.store import open_store
 from tests.fake_upstream import FakeUpstream
@@ -137,3 +140,61 @@ def test_a_record_the_database_refuses_is_set_aside_and_not_called_already_in_th
     assert "0 already in the ledger" in stats.summary() and "1 refused by the database" in stats.summary()
     assert [orjson.loads(line)["id"] for p in second.dead_letter_dir.glob("*.jsonl")
             for line in p.read_bytes().splitlines()] == [refused.id]
+
+
+def test_a_segment_with_an_endless_line_is_read_in_bounded_memory(tmp_path: Path, ledgers: list[Ledger]) -> None:
+    """A crafted segment in foreign/ with one line of 48 MiB and no newline among its records: the
+    line was held whole and re-joined for every MiB read (0.5 GB held and 15 s of CPU for 256 MiB).
+    Now it is skipped as it is read; the records around it are adopted."""
+    db = f"sqlite:///{tmp_path / 'data' / 'ledger.db'}"
+    journal = tmp_path / "journal"
+    ledger = Ledger(db, journal)
+    ledgers.append(ledger)
+    ledger.start()
+    foreign = journal / "foreign"
+    foreign.mkdir()
+    crafted = foreign / "segment-00000000000000000001-1-deadbeef.jsonl"
+    with crafted.open("wb") as f:
+        f.write(encode(full_record(1)))
+        f.write(b'{"id": "' + b"a" * (48 << 20))
+        f.write(b'"}\n' + encode(full_record(2)) + b'{"id": "' + b"b" * (3 << 20))  # ends torn, overlong too
+    tracemalloc.start()
+    try:
+        stats = ledger.adopt([crafted])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert (stats.records, stats.inserted, stats.skipped_lines) == (2, 2, 2)
+    assert peak < 8 << 20, f"peak {peak >> 20} MiB while adopting"
+    assert ledger.count(*EVER) == 2
+
+
+def _partitions(db_url: str) -> int:
+    with psycopg.connect(db_url) as con:
+        row = con.execute("SELECT COUNT(*) FROM pg_inherits WHERE inhparent = 'requests'::regclass").fetchone()
+        return int(row[0]) if row else 0
+
+
+def test_records_from_the_future_or_the_distant_past_are_refused(
+        db_url: str, tmp_path: Path, ledgers: list[Ledger]) -> None:
+    """A crafted segment whose records start in 400 different months, from year 1 to year 9000:
+    on PostgreSQL each month was a new partition of requests, which every later query over
+    requests plans and locks (a few thousand such months and every import fails with 'out of
+    shared memory'). No record llmmeter makes starts before 2000 or after the present: such
+    records are refused and kept as dead letters; the segment's real record is adopted."""
+    journal = tmp_path / "journal"
+    ledger = Ledger(db_url, journal)
+    ledgers.append(ledger)
+    ledger.start()
+    partitions = _partitions(db_url) if db_url.startswith("postgresql") else 0
+    foreign = journal / "foreign"
+    foreign.mkdir()
+    crafted = foreign / "segment-00000000000000000001-1-deadbeef.jsonl"
+    far = [datetime(1 if i % 2 else 9000 - i, 1 + i % 12, 1, tzinfo=UTC) for i in range(400)]
+    crafted.write_bytes(b"".join(encode(full_record(i, start=at, budget_leases=None)) for i, at in enumerate(far))
+                        + encode(full_record(1000, start=datetime(2026, 11, 3, tzinfo=UTC), budget_leases=None)))
+    stats = ledger.adopt([crafted])
+    assert (stats.records, stats.inserted) == (401, 1)
+    assert ledger.count(*EVER) == 1
+    if db_url.startswith("postgresql"):
+        assert _partitions(db_url) <= partitions + 1  # at most November 2026's

@@ -240,3 +240,29 @@ def test_a_reconcile_waits_for_a_prune_of_its_month_in_progress(pg_url: str, tmp
     assert reconciling.returncode in (0, 1), err
     assert json.loads(out)["month"] == "2026-10"
     assert counts(store) == [3, 4, 5]
+
+
+def test_a_batch_result_of_a_pruned_month_is_not_billed_again(db_url: str) -> None:
+    """A batch result's id comes from its batch and line: a second download brings the same id,
+    and an Anthropic result's start is the download's time. Once the first one's month is pruned,
+    neither the same id in that month nor at a later start is billed again, in rows or rollups;
+    a chat request of that month that was never written is still kept (a late journal replay)."""
+    store = seeded(db_url)
+    writer = store.writer()
+    first = [full_record(100 + i, id=f"batch-{i:032x}", endpoint="batch", start=SEP + timedelta(hours=1),
+                         budget_leases=None) for i in range(3)]
+    assert writer.insert_many(first) == 3
+    sep_requests = _rollup_requests(store, SEP)
+    [pruned] = prune(store, "2026-10", apply=True, now=NOW)
+    assert (pruned.month, pruned.rows) == ("2026-09", 6)
+    again = [dataclasses.replace(first[0]), dataclasses.replace(first[1], start=NOV + timedelta(hours=2))]
+    late = full_record(200, start=SEP + timedelta(hours=3), budget_leases=None)
+    assert writer.insert_many([*again, late]) == 1
+    writer.close()
+    assert store.count(*month(NOV), None) == 5 and store.count(*month(SEP), None) == 1
+    assert _rollup_requests(store, SEP) == sep_requests + 1
+    assert _rollup_requests(store, NOV) == 5
+
+
+def _rollup_requests(store: SqlStore, d: datetime) -> int:
+    return sum(row.requests for row in store.hourly_rows(*month(d), None))

@@ -26,7 +26,13 @@ from proxy.ledger.store.errors import LedgerOutdated, LedgerTooNew, StoreUnavail
 from proxy.ledger.store.minutes import MINUTE_US, MINUTES_SQL, MinuteLoad
 from proxy.ledger.store.percentiles import input_side_percentiles, locate
 from proxy.ledger.store.repricing import Repricing, candidates_sql
-from proxy.ledger.store.retention import OLDEST_SQL, delete_chunk_sql, pruned_sql, record_sql
+from proxy.ledger.store.retention import (
+    OLDEST_SQL,
+    delete_chunk_sql,
+    keep_batch_ids_chunk_sql,
+    pruned_sql,
+    record_sql,
+)
 from proxy.ledger.store.rows import (
     HOUR_US,
     HourlyRow,
@@ -442,6 +448,7 @@ class SqlStore(ABC):
         deleted = 0
         while True:
             with self._write_locked() as session:
+                session.execute(keep_batch_ids_chunk_sql(m), (lo_us, hi_us))
                 n = self._delete_counted(session, delete_chunk_sql(m), (lo_us, hi_us))
                 if n:
                     session.execute(record_sql(m), (month, now_us, n))

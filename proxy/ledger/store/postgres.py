@@ -26,7 +26,7 @@ from proxy.ledger.record import Record
 from proxy.ledger.store.base import Session, SqlStore
 from proxy.ledger.store.budgets import settle_sql, settlements
 from proxy.ledger.store.errors import RecordRefused, StoreUnavailable
-from proxy.ledger.store.retention import count_sql, record_sql
+from proxy.ledger.store.retention import count_sql, keep_batch_ids_sql, record_sql
 from proxy.ledger.store.rows import COLUMNS, Row, from_micros, to_micros, to_row, values_of
 from proxy.settings import redact_url
 
@@ -42,9 +42,12 @@ _COPY = f"COPY {_STAGING} (ord, {_COLS}) FROM STDIN"
 # in a batch the first is kept, as in SQLite. The partitioned table's key is (id, start)
 # (migration 012), so a record id already in the ledger under another start is skipped here:
 # a batch result's id comes from its batch and line, and a second download of the file
-# brings it again with a later start, which must bill nothing.
+# brings it again with a later start, which must bill nothing; so does one whose month was
+# pruned since (its id kept in pruned_batch_ids, migration 015).
 _MOVE = (f"INSERT INTO requests ({_COLS}) SELECT DISTINCT ON (id COLLATE \"C\") {_COLS} FROM {_STAGING} s "
-         "WHERE NOT EXISTS (SELECT 1 FROM requests r WHERE r.id = s.id) ORDER BY id COLLATE \"C\", ord "
+         "WHERE NOT EXISTS (SELECT 1 FROM requests r WHERE r.id = s.id) "
+         "AND NOT (s.endpoint = 'batch' AND EXISTS (SELECT 1 FROM pruned_batch_ids p WHERE p.id = s.id)) "
+         "ORDER BY id COLLATE \"C\", ord "
          "ON CONFLICT (id, start) DO NOTHING")
 # Two writers importing one batch line at once (two replicas, each serving a download) would
 # each find its id absent: they take turns on a lock per such id, in id order, before moving.
@@ -194,6 +197,7 @@ class PostgresStore(SqlStore):
         with self._write_locked() as session:
             [row] = session.fetch(count_sql(self.mark), (lo_us, hi_us))
             n = int(row["n"])
+            session.execute(keep_batch_ids_sql(self.mark), (lo_us, hi_us))
             session.execute(f"DROP TABLE IF EXISTS requests_{_month_key(month)}")
             session.execute("DELETE FROM requests_default WHERE start >= %s AND start < %s", (lo_us, hi_us))
             if n:

@@ -14,10 +14,27 @@ def count_sql(mark: str) -> str:
     return f"SELECT COUNT(*) AS n FROM requests WHERE start >= {mark} AND start < {mark}"
 
 
+def _chunk_sql(mark: str) -> str:
+    return f"SELECT id FROM requests WHERE start >= {mark} AND start < {mark} LIMIT {PRUNE_CHUNK}"
+
+
 def delete_chunk_sql(mark: str) -> str:
     # By id (the primary key on both databases): at most PRUNE_CHUNK rows of the month.
-    return (f"DELETE FROM requests WHERE id IN (SELECT id FROM requests WHERE start >= {mark} AND start < {mark} "
-            f"LIMIT {PRUNE_CHUNK})")
+    return f"DELETE FROM requests WHERE id IN ({_chunk_sql(mark)})"
+
+
+def keep_batch_ids_chunk_sql(mark: str) -> str:
+    """The batch results' ids among the chunk delete_chunk_sql deletes next, in the same
+    transaction: kept in pruned_batch_ids (migration 015), so a download of the same results
+    after the prune bills nothing again."""
+    return (f"INSERT INTO pruned_batch_ids (id) SELECT id FROM requests WHERE id IN ({_chunk_sql(mark)}) "
+            "AND endpoint = 'batch' ON CONFLICT (id) DO NOTHING")
+
+
+def keep_batch_ids_sql(mark: str) -> str:
+    """keep_batch_ids_chunk_sql for the whole month at once (PostgreSQL drops it whole)."""
+    return (f"INSERT INTO pruned_batch_ids (id) SELECT id FROM requests WHERE start >= {mark} AND start < {mark} "
+            "AND endpoint = 'batch' ON CONFLICT (id) DO NOTHING")
 
 
 def record_sql(mark: str) -> str:

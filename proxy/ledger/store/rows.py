@@ -25,6 +25,7 @@ MAX_FEE_CALLS (10^5) a record. The band a record was priced at is part of the ro
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime, timedelta
@@ -51,6 +52,13 @@ MAX_PART_UNITS = MAX_PROVIDER_COST_UNITS
 # A request's duration and time to first token, in ms: never negative (a monotonic clock), and
 # far below a BIGINT, so the report's differences and rates of them stay in range.
 MAX_DURATION_MS = 10**12
+# No record llmmeter makes starts before 2000 (a batch result's creation time is taken from 2000
+# on, proxy/relay/batch.py) or after the present: each start's UTC month is a partition of
+# requests on PostgreSQL, which every query over requests plans and locks, so a crafted journal
+# segment with records in thousands of months would slow every later import (3,000 months: an
+# import of one record took 3 s). A day ahead allows for clocks that disagree.
+EARLIEST_START_US = 946_684_800_000_000  # 2000-01-01T00:00:00Z
+LATEST_START_AHEAD_US = 86_400_000_000
 MAX_BAND = 2**63 - 1  # a band's threshold is a key, never summed: anything BIGINT holds
 values_of = itemgetter(*COLUMNS)  # a row dict's values in COLUMNS order, for positional parameters
 
@@ -92,6 +100,9 @@ def to_row(r: Record) -> dict[str, Any]:
                 and (ttft is None or (type(ttft) is int and 0 <= ttft <= MAX_DURATION_MS))):
             raise RecordRefused(f"record {r.id!r}: duration_ms and ttft_ms must be integers from 0 to "
                                 f"{MAX_DURATION_MS}")
+        start = to_micros(r.start)
+        if not EARLIEST_START_US <= start <= time.time_ns() // 1000 + LATEST_START_AHEAD_US:
+            raise RecordRefused(f"record {r.id!r}: start {r.start} is before 2000 or after the present")
         n = r.request_count
         if not (type(n) is int and 1 <= n <= MAX_TOKENS):  # summed like a token count: the same cap keeps sums in range
             raise RecordRefused(f"record {r.id!r}: request_count {n!r} is not an integer from 1 to {MAX_TOKENS}")
@@ -99,7 +110,7 @@ def to_row(r: Record) -> dict[str, Any]:
         pef = r.price_effective_from
         row = vars(r).copy()  # the fields by name; a dataclass without slots keeps them in __dict__
         # One item at a time, not update(**...): this runs for every record on the importer thread.
-        row["start"] = to_micros(r.start)
+        row["start"] = start
         row["stream"] = int(r.stream)
         row["flags"] = ",".join(r.flags)
         row["price_effective_from"] = None if pef is None else to_micros(pef)

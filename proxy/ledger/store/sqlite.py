@@ -34,6 +34,7 @@ from proxy.ledger.store.sql import BUCKET_OF, HOURLY_SQL, METERED_SQL
 FILE_MODE = 0o640
 DIR_MODE = 0o750
 _ROW = f"({', '.join('?' * len(COLUMNS))})"
+_ID_QUERY = 500  # ids per lookup in pruned_batch_ids: far below SQLite's limit on parameters
 # Batches go in as multi-row INSERTs of power-of-two sizes (a handful of cached statements).
 # sqlite3 releases the GIL around each statement step, and a busy event loop keeps the
 # importer waiting up to a switch interval to get it back: per-row steps starved it.
@@ -348,6 +349,9 @@ class SqliteWriter:
         try:
             con.execute("BEGIN IMMEDIATE")
             self._still_ours()
+            if gone := _pruned_batch_ids(con, records):
+                # Batch results billed before their month was pruned: skipped as an id still in requests is.
+                rows = [row for row, r in zip(rows, records, strict=True) if r.id not in gone]
             # New rows get rowids above the largest so far; duplicates skipped get none.
             before = con.execute("SELECT COALESCE(MAX(rowid), 0) AS last FROM requests").fetchone()["last"]
             added, at = 0, 0
@@ -392,6 +396,17 @@ class SqliteWriter:
     def close(self) -> None:
         with contextlib.suppress(sqlite3.Error):  # a broken connection has nothing left to save
             self.con.close()
+
+
+def _pruned_batch_ids(con: sqlite3.Connection, records: Sequence[Record]) -> set[str]:
+    """The batch results' ids among `records` that a prune kept in pruned_batch_ids (migration 015)."""
+    ids = [r.id for r in records if r.endpoint == "batch"]  # proxy.protocol.names.BATCH
+    gone: set[str] = set()
+    for at in range(0, len(ids), _ID_QUERY):
+        part = ids[at:at + _ID_QUERY]
+        gone.update(row["id"] for row in con.execute(
+            f"SELECT id FROM pruned_batch_ids WHERE id IN ({', '.join('?' * len(part))})", part))
+    return gone
 
 
 def _classify(e: Exception, path: Path) -> LLMMeterError:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from proxy.mdtext import md_cell as _cell
 from proxy.report.formats.alternatives import alternatives_table
 from proxy.report.formats.curve import curve_table
 from proxy.report.formats.decision import decision_table, far_from_close
@@ -71,8 +72,9 @@ def _table(table: Table) -> str:
     headers = [f"{c.title} ({c.unit})" if c.unit and c.unit != "count" else c.title for c in table.columns]
     lines = ["| " + " | ".join(headers) + " |",
              "|" + "".join("---:|" if c.numeric else "---|" for c in table.columns)]
-    rows = [*table.rows, *((tuple(f"**{v}**" if v else "" for v in table.total),) if table.total else ())]
-    lines += ["| " + " | ".join(_value(v) for v in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(_value(v) for v in row) + " |" for row in table.rows]
+    if table.total:
+        lines.append("| " + " | ".join(f"**{_value(v)}**" if v else "" for v in table.total) + " |")
     return "\n".join(lines)
 
 
@@ -80,12 +82,7 @@ def _value(v: Value) -> str:
     """A cell; a figure with an origin as a link to it, a row's anchor as an empty HTML anchor before it."""
     if not isinstance(v, Cell):
         return _cell(v)
-    shown = _cell(v.text)
+    shown = _cell(v.text)  # escapes [ and ]: the link text stays text
     if v.href is not None:
-        shown = "[" + shown.replace("[", "\\[").replace("]", "\\]") + f"](<{v.href}>)"
+        shown = f"[{shown}](<{v.href}>)"
     return (f'<a id="{v.anchor}"></a>' if v.anchor else "") + shown
-
-
-def _cell(text: str) -> str:
-    """A client's model or tag name cannot break the table or start a link."""
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").replace("\r", " ")
