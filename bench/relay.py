@@ -504,11 +504,12 @@ STARTERS: dict[str, Callable[[Ctx], Peer]] = {
 
 # --- versions --------------------------------------------------------------------------------
 
-def _run(cmd: list[str]) -> str:
+def _run(cmd: list[str], any_status: bool = False) -> str:
+    """The command's output, or "unknown" when it fails (`wrk -v` exits with 1 after its version)."""
     with contextlib.suppress(OSError, subprocess.TimeoutExpired):
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
-        if p.returncode == 0:
-            return (p.stdout + p.stderr).strip()
+        if p.returncode == 0 or any_status:
+            return (p.stdout + p.stderr).strip() or "unknown"
     return "unknown"
 
 
@@ -518,9 +519,9 @@ def versions() -> dict[str, str]:
         with contextlib.suppress(metadata.PackageNotFoundError):
             out[pkg] = metadata.version(pkg)
     if shutil.which("wrk"):
-        out["wrk"] = _run(["wrk", "-v"]).split("\n")[0].strip()
+        out["wrk"] = _run(["wrk", "-v"], any_status=True).split("\n")[0].strip()
     if nginx := shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None):
-        out["nginx"] = _run([nginx, "-v"]).removeprefix("nginx version: ")
+        out["nginx"] = _run([nginx, "-v"]).removeprefix("nginx version: ").removeprefix("nginx/")
     for pkg, py in (("litellm", LITELLM.parent / "python"), ("tensorzero", TENSORZERO_PY)):
         if py.exists():
             out[pkg] = _run([str(py), "-c", f"import importlib.metadata as m; print(m.version('{pkg}'))"])
@@ -700,7 +701,8 @@ LABELS = {"direct": "direct", "nginx": "nginx", "noop_relay": "noop own", "noop_
 
 def label(name: str, v: dict[str, str]) -> str:
     version = {"nginx": "nginx", "tensorzero": "tensorzero", "portkey": "portkey", "litellm": "litellm"}.get(name)
-    return LABELS.get(name, name) + (f" {v[version]}" if version and v.get(version) else "")
+    number = (v.get(version) or "").removeprefix("nginx/") if version else ""
+    return LABELS.get(name, name) + (f" {number}" if number and number != "unknown" else "")
 
 
 def _f(x: float | None, fmt: str) -> str:
@@ -730,6 +732,17 @@ def markdown(results: dict[str, Any]) -> str:
         out.append(f"| {label(name, v)} | " + " | ".join(cells) + " |")
     if results.get("skipped"):
         out += [""] + [f"- {name} skipped: {why}" for name, why in results["skipped"].items()]
+    ratios = results["ratios"]
+    others = [n for n in ("direct", "nginx", "noop_relay", "tensorzero", "portkey", "litellm")
+              if f"wrk_32_rps_llmmeter_vs_{n}" in ratios]
+    if others:
+        out += ["", "llmmeter against each path, median of the rounds' ratios at 32 connections "
+                "(throughput: above 1, llmmeter serves more; CPU per request: below 1, llmmeter spends less):", "",
+                "| llmmeter against | req/s | streams/s | CPU per request | CPU per stream |", "|---|---|---|---|---|"]
+        for n in others:
+            out.append(f"| {label(n, v)} | " + " | ".join(
+                _f(ratios.get(f"wrk_32{s}_{m}_llmmeter_vs_{n}"), ".2f")
+                for m, s in (("rps", ""), ("rps", "_stream"), ("cpu", ""), ("cpu", "_stream"))) + " |")
     out += ["", "| target (`TARGETS` in `bench/relay.py`) | measured | |", "|---|---|---|"]
     for k, t in results["targets"].items():
         state = {True: "met", False: "**not met**", None: "not measured"}[t["met"]]
