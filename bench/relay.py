@@ -795,8 +795,9 @@ def main() -> None:
     names = [n.strip() for n in a.paths.split(",") if n.strip()]
     if unknown := set(names) - set(PATHS):
         ap.error(f"unknown paths: {', '.join(sorted(unknown))}")
-    if "direct" not in names:
-        names.insert(0, "direct")  # the reference every added latency and ratio is taken from
+    # direct always: the reference every added latency and ratio is taken from; PATHS's order
+    # keeps llmmeter beside its no-op relays and its budgeted twin.
+    names = [n for n in PATHS if n in names or n == "direct"]
     tmp = Path(tempfile.mkdtemp(prefix="llmmeter-bench-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LLMMETER_", "PROMETHEUS_MULTIPROC"))}
     c = Ctx(tmp, env, free_port(), free_port(), "sk-" + secrets.token_urlsafe(32), quiet=not a.verbose)
