@@ -131,7 +131,7 @@ class Peer:
     route: Route
     slow: Route  # the same path in front of the slow upstream (the streaming check)
     procs: list[Proc]
-    headers: dict[str, str] = field(default_factory=dict)  # filled in by main: auth + route headers
+    headers: dict[str, str] = field(default_factory=dict)  # the client's (content type, master key), set by main
 
     def pids(self) -> list[int]:
         return [p for proc in self.procs for p in tree(proc.pid)]
