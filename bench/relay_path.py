@@ -21,6 +21,7 @@ import cProfile
 import http.client
 import json
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -122,6 +123,7 @@ async def run(a: argparse.Namespace, upstream: str, tmp: Path) -> dict[str, floa
     per = a.requests // a.concurrency
     await asyncio.gather(*(worker(max(1, per // 5)) for _ in range(a.concurrency)))  # warm-up
     prof = cProfile.Profile() if a.profile else None
+    usage = resource.getrusage(resource.RUSAGE_THREAD)
     thread_t, proc_t, wall = time.thread_time(), time.process_time(), time.perf_counter()
     if prof is not None:
         prof.enable()
@@ -130,7 +132,9 @@ async def run(a: argparse.Namespace, upstream: str, tmp: Path) -> dict[str, floa
         prof.disable()
         prof.dump_stats(a.profile)
     n = per * a.concurrency
+    done = resource.getrusage(resource.RUSAGE_THREAD)
     out = {"requests": n, "loop_us_per_req": (time.thread_time() - thread_t) / n * 1e6,
+           "loop_kernel_us_per_req": (done.ru_stime - usage.ru_stime) / n * 1e6,
            "process_us_per_req": (time.process_time() - proc_t) / n * 1e6,
            "rps": n / (time.perf_counter() - wall)}
     await inbox.put({"type": "lifespan.shutdown"})
