@@ -9,7 +9,8 @@ as `serve` runs it, so the journal's group commit, the importer thread and the m
 all on) or the no-op relay's (bench/noop_relay.py). What the serving protocol and the
 client's socket cost is left out, so the difference between the two apps is what metering
 costs. Reported: the process's CPU per request (all threads: the importer's inserts too),
-and the event-loop thread's alone. With `--profile` the measured requests run under
+and the event-loop thread's alone,
+with the part of it spent in the kernel. With `--profile` the measured requests run under
 cProfile and its statistics go to FILE (per request figures: divide by --requests).
 """
 
