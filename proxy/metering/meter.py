@@ -22,7 +22,7 @@ from proxy.budget.unseen import settle as settle_budget
 from proxy.ledger.record import Record
 from proxy.metering.estimate.calibration import CALIBRATED, Calibration, Key, Overhead
 from proxy.metering.estimate.estimator import Estimator
-from proxy.metering.tiers import TIER_UNCONFIRMED, choose_tier, priced_usage, settle_tier
+from proxy.metering.tiers import TIER_UNCONFIRMED, TierChoice, choose_tier, priced_usage, settle_tier
 from proxy.metrics.metrics import Metrics
 from proxy.protocol.names import BATCH, EMPTY_ANSWER, METERED, UPSTREAM_EMPTY
 from proxy.protocol.tap import OUTPUT_UNREPORTED
@@ -36,6 +36,7 @@ _PRICING_LOG_EVERY = 1000  # a broken price fails every request that uses it: lo
 _TAG_UNSAFE = re.compile(r"[^A-Za-z0-9_.:/\-]")
 MAX_TAG = 64
 MAX_FIELD = 256
+_CHOICES_KEPT = 4096
 
 
 class Journal(Protocol):
@@ -114,6 +115,7 @@ class Meter:
         self.honoured_tiers = dict(honoured_tiers or {})
         self.pricing_failures = 0
         self.calibration = calibration or Calibration()
+        self._choices: dict[tuple[object, ...], TierChoice] = {}  # _model_and_tier's memo
 
     def needs_estimate(self, ex: Exchange, observed: Observed) -> bool:
         """Estimate only when tokens were surely spent and the upstream said nothing (or, for output,
@@ -267,9 +269,18 @@ class Meter:
         and flagged."""
         try:
             speed = None if observed.speed == "standard" else observed.speed  # Anthropic's "standard": no hint
-            choice = choose_tier(self.book, ex.endpoint, observed.model, ex.model_requested,
-                                 (speed, observed.service_tier), ex.tier_requested, ex.start,
-                                 self.honoured_tiers.get(ex.upstream, frozenset()))
+            book = self.book
+            # choose_tier is pure and reads time only through the book's epoch: memoised per request shape.
+            key = (ex.endpoint, observed.model, ex.model_requested, speed, observed.service_tier, ex.tier_requested,
+                   ex.upstream, book.epoch(ex.start))
+            choice = self._choices.get(key)
+            if choice is None:
+                choice = choose_tier(book, ex.endpoint, observed.model, ex.model_requested,
+                                     (speed, observed.service_tier), ex.tier_requested, ex.start,
+                                     self.honoured_tiers.get(ex.upstream, frozenset()))
+                if len(self._choices) >= _CHOICES_KEPT:  # names and tiers come from clients: bounded
+                    self._choices.clear()
+                self._choices[key] = choice
             tier, refused = settle_tier(self.book, choice, ex.start, ex.upstream, u, observed.inference_geo)
         except Exception:  # the client's response is on its way: it must not pay for a pricing bug
             self._pricing_failed(ex, flags)

@@ -26,7 +26,7 @@ from proxy.ledger.record import COST_UNITS_PER_USD, Record
 from proxy.metrics.curve import CostCurveGauges
 from proxy.metrics.known import MAX_SERIES, known_series
 from proxy.metrics.load import request_load
-from proxy.metrics.tally import Buckets, Sum, Tally
+from proxy.metrics.tally import Buckets, Level, Sum, Tally
 from proxy.protocol.names import ENDPOINTS, FAULT_KINDS, METERED, REFUSAL_REASONS, UNAUTHENTICATED
 from proxy.report.curve import CostCurve
 from proxy.report.nodes import LIMITS, profiles
@@ -131,9 +131,8 @@ class Metrics:
         self.kv = Sum("llmmeter_kv_token_seconds", "KV token-seconds of requests served live (rate: mean KV tokens "
                       "in flight), counted when a request ends", ["model"], shared)
         # Beside the counters (which count a request at its end): the requests under way, read at scrape.
-        self.requests_in_flight = Gauge("llmmeter_requests_in_flight", "Requests served live being relayed now "
-                                        "(as llmmeter_in_flight_seconds_total counts them)", registry=r,
-                                        multiprocess_mode="livesum")
+        self.requests_in_flight = Level("llmmeter_requests_in_flight", "Requests served live being relayed now "
+                                        "(as llmmeter_in_flight_seconds_total counts them)", r, multiproc)
         self.faults = Sum("llmmeter_metering_faults", "Usage fields or streams the readers could not use, by kind",
                           ["kind"], shared)
         # The kinds are a fixed set: each series exists from the start, at 0 (alerts need no absent()).

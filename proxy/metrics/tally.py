@@ -19,7 +19,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
@@ -154,3 +154,34 @@ class Tally(Collector):
     def collect(self) -> Iterable[Metric]:
         for f in self.families:
             yield f.family()
+
+
+class Level:
+    """A gauge the event loop moves by one (`inc`, `dec`). In one process it is a plain int that
+    the gauge reads at scrape time (prometheus_client's own `inc` checks and takes a lock on
+    every call: 1.0-1.8 µs a request for the pair); with several workers it is the shared
+    gauge itself, summed over the live workers."""
+
+    __slots__ = ("_gauge", "value")
+
+    def __init__(self, name: str, doc: str, registry: CollectorRegistry, shared: bool) -> None:
+        self.value = 0
+        gauge = Gauge(name, doc, registry=registry, multiprocess_mode="livesum")
+        self._gauge = gauge if shared else None
+        if not shared:
+            gauge.set_function(self._read)
+
+    def _read(self) -> float:
+        return float(self.value)
+
+    def inc(self) -> None:
+        if self._gauge is not None:
+            self._gauge.inc()
+        else:
+            self.value += 1
+
+    def dec(self) -> None:
+        if self._gauge is not None:
+            self._gauge.dec()
+        else:
+            self.value -= 1

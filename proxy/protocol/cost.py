@@ -36,6 +36,7 @@ _DECODER = json.JSONDecoder(parse_float=Decimal)
 _USAGE_KEY = re.compile(r'"usage"\s*:\s*')
 _MAX_USD = Decimal(MAX_PROVIDER_COST_UNITS) / UNITS_PER_USD
 _COST_KEYS = ("cost", "cost_in_usd_ticks")
+_COST_KEY_SET = frozenset(_COST_KEYS)
 _INT64 = (-(2**63), 2**64 - 1)  # orjson's integers; beyond, it reads a float
 
 
@@ -52,7 +53,9 @@ class ProviderCost:
 
 def reports_cost(usage: object) -> bool:
     """Cheap test on the parsed usage: only then is its text read again."""
-    return isinstance(usage, dict) and any(usage.get(k) is not None for k in _COST_KEYS)
+    if not isinstance(usage, dict) or _COST_KEY_SET.isdisjoint(usage):  # most reports: no cost field at all
+        return False
+    return any(usage.get(k) is not None for k in _COST_KEYS)
 
 
 def provider_cost(usage: dict[str, Any], raw: str | bytes) -> ProviderCost:

@@ -108,18 +108,22 @@ class Usage:
         f = _Fields()
         prompt = f.get(u, "prompt_tokens")
         completion = f.get(u, "completion_tokens")
+        # A field that is not there reads as None: the tests on presence below only spare the
+        # reader's calls on the fields most reports leave out (it runs on every request).
         details = u.get("prompt_tokens_details")
-        cached = f.get(details, "cached_tokens")
+        completion_details = u.get("completion_tokens_details")
+        cached = f.get(details, "cached_tokens") if details is not None else None
         if cached is None:
             cached = f.get(u, "cached_tokens")  # Moonshot reports it at the top level
-        write = f.get(details, "cache_write_tokens")
-        reasoning = f.get(u.get("completion_tokens_details"), "reasoning_tokens")
-        hit = f.get(u, "prompt_cache_hit_tokens")
-        miss = f.get(u, "prompt_cache_miss_tokens")
+        write = f.get(details, "cache_write_tokens") if details is not None else None
+        reasoning = f.get(completion_details, "reasoning_tokens") if completion_details is not None else None
+        hit = f.get(u, "prompt_cache_hit_tokens") if "prompt_cache_hit_tokens" in u else None
+        miss = f.get(u, "prompt_cache_miss_tokens") if "prompt_cache_miss_tokens" in u else None
         if not f.seen:
             return None
         total = f.get(u, "total_tokens")  # read after: a total alone is no report
-        f.modalities(details, u.get("completion_tokens_details"))  # after too: no count of their own
+        if details is not None or completion_details is not None:  # else no modality to read
+            f.modalities(details, completion_details)  # after too: no count of their own
         if miss is not None:  # DeepSeek: the miss count is the uncached input itself
             cache_read = hit if hit is not None else (cached or 0)
             inp, cache_write = miss, 0

@@ -171,20 +171,22 @@ class _Stream:
         self.fwd, self.ex, self.resp, self.send = fwd, ex, resp, send
         self.recorded = False
         ex.code = resp.status
-        ex.upstream_request_id = resp.header(b"x-request-id") or resp.header(b"request-id")
+        head = _head(resp.raw_headers)  # one pass over the headers for the four read here
+        ex.upstream_request_id = head.get(b"x-request-id") or head.get(b"request-id")
         if resp.status >= 400:
             ex.outcome = "upstream_http_error"
             if resp.status >= 500 or resp.status == 429:
                 fwd._upstream_error(out, "http_error")
         self.metered = ex.endpoint in METERED
-        encoding = (resp.header(b"content-encoding") or "").strip().lower()
+        encoding = (head.get(b"content-encoding") or "").strip().lower()
+        content_type = (head.get(b"content-type") or "").split(";", 1)[0].strip().lower()  # as resp.content_type
         self.decoder: Decoder | None = None
         self.undecodable = False  # a metered answer in a coding no decoder here reads (br, zstd)
         if self.metered and encoding not in ("", "identity"):
             self.decoder = decoder_for(encoding, fwd.max_decompressed)
             if self.decoder is None:  # relayed untouched, its record estimated and flagged
                 self.metered, self.undecodable = False, True
-        sse = resp.content_type == "text/event-stream"
+        sse = content_type == "text/event-stream"
         self.tap = StreamTap(ex.endpoint, out.drop_usage_only) if self.metered and sse else None
         # An edited stream must be relayed decoded: the usage chunk cannot be cut out of gzip.
         self.edit = out.drop_usage_only and self.tap is not None
@@ -193,9 +195,9 @@ class _Stream:
         ok = 200 <= resp.status < 300
         self.batch = BatchMeter(fwd.meter, ex, out.download, fwd.max_decompressed, fwd.counted, encoding) \
             if out.download is not None and ok else None
-        self.public_url = out.public_url if ok and resp.content_type == "application/json" else None
+        self.public_url = out.public_url if ok and content_type == "application/json" else None
         # A batch object is kept whole (it is small) beside the relay, its output files noted at its end.
-        self.files = out.batch_files if ok and resp.content_type == "application/json" \
+        self.files = out.batch_files if ok and content_type == "application/json" \
             and encoding in ("", "identity") else None
         self.creates = out.creates
         self.batch_object = bytearray()
@@ -365,6 +367,18 @@ class _Stream:
         batch.close()
         batch.count_faults()
         return Observed(faults=batch.faults())
+
+
+_READ_HERE = frozenset({b"x-request-id", b"request-id", b"content-encoding", b"content-type"})
+
+
+def _head(raw: list[tuple[bytes, bytes]]) -> dict[bytes, str]:
+    """The first value of each header _Stream reads (as Response.header gives it)."""
+    found: dict[bytes, str] = {}
+    for k, v in raw:
+        if k in _READ_HERE and k not in found:
+            found[k] = v.decode("latin-1")
+    return found
 
 
 def _failure(e: BaseException) -> tuple[str, str]:

@@ -26,17 +26,16 @@ from proxy.errors import error_body
 from proxy.metering.meter import Exchange, Meter, bounded, clean_tag
 from proxy.metering.refusals import Refusals
 from proxy.metrics.metrics import Metrics
-from proxy.protocol.batch import batch_download, creates_batch, names_output_files, names_results_url
 from proxy.protocol.names import CHAT_STYLE, METERED, MISSING_KEY, UNKNOWN_KEY
-from proxy.protocol.paths import Classified, classify
 from proxy.protocol.request_body import read_request
 from proxy.protocol.usage import Observed
 from proxy.relay.forward import Forwarder, Outbound, paced, send_whole
 from proxy.relay.provenance import BatchFiles
+from proxy.relay.route import Route, Routes
 from proxy.server import DISCONNECT
 from proxy.settings import Settings, Upstream
 from proxy.upstream.client import Upstreams
-from proxy.upstream.routing import Router, relay_path, request_headers, target_url
+from proxy.upstream.routing import Router, request_headers, target_url
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -68,19 +67,13 @@ class Relay:
         self.tenant_names = frozenset(t.name for t in settings.tenants)
         # Set at start-up: asyncio.current_task() without a loop costs a getpid() on Python 3.11.
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.routes = Routes()  # what each spelling of a path means, read once
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         t0 = time.perf_counter()
-        # The path as the client encoded it (decoded, %20 or %0D%0A would reach the request
-        # line), normalised once: it is what is checked, metered and forwarded. A spelling of a
-        # path llmmeter reads (`/v1/Chat/Completions/`, `chat%2Fcompletions;x`) is forwarded in its
-        # normal form, so the upstream serves what is metered; an ambiguous one is refused.
-        path = relay_path(scope.get("raw_path") or scope["path"].encode(), scope["path"])
         method: str = scope["method"]
-        seen = None if path is None else classify(path)
-        path, endpoint = (seen.path, seen.endpoint) if isinstance(seen, Classified) else (None, "other")
-        if method != "POST" and endpoint in METERED:
-            endpoint = "other"
+        route = self.routes(method, scope.get("raw_path") or scope["path"].encode(), scope["path"])
+        path, endpoint = route.path, route.endpoint
         anthropic = (path or "").startswith("/v1/messages")  # /v1/messages/count_tokens too
         headers: list[tuple[bytes, bytes]] = scope["headers"]
         ex = Exchange(start=datetime.now(UTC), t0=t0, endpoint=endpoint, tenant="default")
@@ -132,18 +125,20 @@ class Relay:
                 return
             ex.reserved_units, ex.budget_leases = admitted
             try:
-                await self._send_on(ex, up, method, path, endpoint, anthropic, headers, body, scope, receive, send)
+                await self._send_on(ex, up, method, route, anthropic, headers, body, scope, receive, send)
             except BaseException:
                 # Whatever failed before a record was made, the reservation must not stay held.
                 if not ex.recorded:
                     self.budgets.release(ex.reserved_units, ex.budget_leases)
                 raise
             return
-        await self._send_on(ex, up, method, path, endpoint, anthropic, headers, body, scope, receive, send)
+        await self._send_on(ex, up, method, route, anthropic, headers, body, scope, receive, send)
 
-    async def _send_on(self, ex: Exchange, up: Upstream, method: str, path: str, endpoint: str, anthropic: bool,
+    async def _send_on(self, ex: Exchange, up: Upstream, method: str, route: Route, anthropic: bool,
                        headers: list[tuple[bytes, bytes]], body: bytes, scope: Scope, receive: Receive,
                        send: Send) -> None:
+        path, endpoint = route.path, route.endpoint
+        assert path is not None  # a refused path never gets here
         drop_usage_only = False
         if ex.stream and endpoint in CHAT_STYLE and up.inject_include_usage:
             inject = _splice_include_usage if ex.request_skimmed else _inject_include_usage
@@ -154,10 +149,10 @@ class Relay:
         # batch: its results are that tenant's, whoever downloads them (proxy/relay/provenance.py).
         # Without public_url results_url becomes a bare path ("" + /v1/...): an SDK that followed the
         # provider's URL would carry the tenant's proxy key to the provider's host, unmetered.
-        download = batch_download(method, path)
-        public_url = (self.settings.public_url or "") if names_results_url(path) else None
-        creates = creates_batch(method, path)
-        output_files = names_output_files(path) or creates is not None
+        download = route.download
+        public_url = (self.settings.public_url or "") if route.names_results_url else None
+        creates = route.creates
+        output_files = route.output_files or creates is not None
         read = endpoint in METERED or download is not None or public_url is not None or output_files
         out_headers = request_headers(headers, up, metered=read, anthropic=anthropic,
                                       strip_client_auth=bool(self.keys))

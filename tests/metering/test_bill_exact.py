@@ -216,3 +216,25 @@ def test_anthropic_speed_standard_is_no_hint() -> None:
     observed, _ = parse_body("messages", reply)
     rec = m.record(exchange("messages", "anthropic"), observed, observed.usage, "upstream")
     assert rec.tier == "priority" and usd(rec.cost_units) == 1000 * D(10) / 10**6
+
+
+def test_the_same_request_is_priced_by_the_entries_in_force_at_its_own_start() -> None:
+    """The meter keeps its tier choice per request shape (proxy/metering/meter.py): a tier entry
+    that comes into force later must still change the choice for requests after it. Before its
+    entry exists, `priority` reads through the aliases (`highspeed`, unpriced: standard, flagged)."""
+    later = datetime(2030, 1, 1, tzinfo=UTC)
+    priority = Price(model="m", tier="priority", effective_from=later, input=D(6), output=D(30), cache_read=D(0),
+                     cache_write=D(6), source="t", match=("m",))
+    m, _ = meter(entry("m"), priority)
+    reply = orjson.dumps({"id": "c", "model": "m", "service_tier": "priority", "choices": [],
+                          "usage": {"prompt_tokens": 1000, "completion_tokens": 0}})
+    observed, _ = parse_body("chat", reply)
+    seen = []
+    for start in (datetime(2029, 12, 31, tzinfo=UTC), later, datetime(2029, 6, 1, tzinfo=UTC), later):
+        ex = exchange("chat", "up", {"model": "m"})
+        ex.start = start
+        rec = m.record(ex, observed, observed.usage, "upstream")
+        seen.append((rec.tier, rec.price_tier, usd(rec.cost_units)))
+    before = ("highspeed", "standard", 1000 * D(3) / 10**6)
+    after = ("priority", "priority", 1000 * D(6) / 10**6)
+    assert seen == [before, after, before, after]
