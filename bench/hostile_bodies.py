@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from relay import ROOT, free_port, rss_mb, wait_up
+from procs import free_port, rss_mb, wait_up
+from relay import ROOT
 
 MODEL = "kimi-k3.1-pro"
 # The probe's model is routed to an upstream of its own, so what it measures is llmmeter's loop,

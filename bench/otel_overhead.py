@@ -27,9 +27,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from relay import BODY, ROOT, UPSTREAM_DEFAULTS, free_port, pct, rss_mb, sequential, tree, wait_up
+from procs import free_port, keepalive_seconds, pct, rss_mb, tree, wait_up
+from relay import CHAT, MESSAGES, MODEL, ROOT, UPSTREAM_DEFAULTS
 
 TARGET_ADDED_P50_MS = 1.0
+BODY = json.dumps({"model": MODEL, "messages": MESSAGES}).encode()
 
 
 def black_hole() -> tuple[socket.socket, int]:
@@ -93,7 +95,7 @@ def main() -> None:
         rounds = []
         for i in range(a.rounds):
             print(f"  round {i + 1}", file=sys.stderr)
-            p50 = {name: pct(sequential(port, a.requests, BODY, headers), 0.5) * 1000
+            p50 = {name: pct(keepalive_seconds(port, CHAT, a.requests, BODY, headers), 0.5) * 1000
                    for name, port in (("export_off", off), ("export_on", on))}
             rounds.append({**p50, "added_p50_ms": p50["export_on"] - p50["export_off"]})
         added = statistics.median(r["added_p50_ms"] for r in rounds)

@@ -53,7 +53,6 @@ import platform
 import re
 import secrets
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -65,6 +64,9 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from procs import Proc, Skip, cpu_s, free_port, keepalive_seconds, pct, rss_mb, tree, wait_up
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
@@ -82,7 +84,6 @@ UPSTREAM_DEFAULTS = {"x-fake-usage": json.dumps(USAGE), "x-fake-chunks": str(CHU
 SLOW_DELAY_MS = 20
 CONNECTIONS = (1, 32, 128)
 WRK_KEYS = tuple(f"wrk_{c}{s}" for s in ("", "_stream") for c in CONNECTIONS)
-TCK = os.sysconf("SC_CLK_TCK")
 PATHS = ("direct", "nginx", "noop_relay", "noop_relay_aiohttp", "llmmeter", "llmmeter_budgets", "tensorzero",
          "portkey", "litellm")
 # (comparison, bound). The speed floor (docs/decisions/upstream-client.md); peak RSS with
@@ -105,13 +106,6 @@ limit_usd = "1000000"
 period = "month"
 mode = "enforce"
 """
-Proc = subprocess.Popen[bytes]
-
-
-class Skip(Exception):
-    """A path that cannot be measured: its reason goes to the report."""
-
-
 @dataclass
 class Route:
     """Where and how a path takes a chat completion."""
@@ -154,29 +148,6 @@ class Ctx:
         proc = subprocess.Popen(cmd, env=env or self.env, cwd=cwd or self.tmp, stdout=out, stderr=out)
         self.all_procs.append(proc)
         return proc
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_up(port: int, procs: list[Proc], timeout: float = 120) -> None:
-    """Until the port answers HTTP at all (any status: not every gateway has /v1/models)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for proc in procs:
-            if proc.poll() is not None:
-                raise Skip(f"its process exited with {proc.returncode} before answering on port {port}")
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            c.request("GET", "/")
-            c.getresponse().read()
-            return
-        except OSError:
-            time.sleep(0.2)
-    raise Skip(f"port {port} did not answer within {timeout:.0f} s")
 
 
 def post(route: Route, headers: dict[str, str], stream: bool, timeout: float = 30) -> http.client.HTTPResponse:
@@ -240,77 +211,8 @@ def stream_flow(route: Route, headers: dict[str, str]) -> dict[str, Any]:
 
 def sequential(peer: Peer, n: int, stream: bool) -> list[float]:
     """Per-request seconds over one keep-alive connection, after a warm-up; a stream's to its first byte."""
-    conn = http.client.HTTPConnection("127.0.0.1", peer.route.port, timeout=60)
-    headers = {**peer.headers, **peer.route.headers}
-    body = peer.route.body(stream)
-    times = []
-    warm = min(20, n)
-    for i in range(n + warm):
-        t = time.perf_counter()
-        conn.request("POST", peer.route.url, body=body, headers=headers)
-        r = conn.getresponse()
-        if r.status != 200:
-            raise SystemExit(f"{peer.name} answered {r.status}: {r.read()[:300]!r}")
-        if stream:
-            r.read(1)
-            dt = time.perf_counter() - t
-            r.read()
-        else:
-            r.read()
-            dt = time.perf_counter() - t
-        if i >= warm:
-            times.append(dt)
-    conn.close()
-    return times
-
-
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(len(xs) * p))]
-
-
-def tree(pid: int) -> list[int]:
-    """pid and all its descendants (nginx's workers, LiteLLM's children)."""
-    children: dict[int, list[int]] = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                stat = Path(f"/proc/{d}/stat").read_text()
-            except OSError:
-                continue
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            children.setdefault(ppid, []).append(int(d))
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(children.get(p, []))
-    return out
-
-
-def cpu_s(pids: list[int]) -> float:
-    """User and system seconds of the processes (all their threads) and of their waited-for children."""
-    total = 0.0
-    for p in pids:
-        try:
-            f = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += sum(int(x) for x in f[11:15]) / TCK
-    return total
-
-
-def rss_mb(pids: list[int], field_name: str = "VmHWM") -> float:
-    """Peak RSS (VmHWM), or with field_name="VmRSS" the current one, summed over the processes that serve."""
-    total = 0
-    for p in pids:
-        try:
-            for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith(field_name + ":"):
-                    total += int(line.split()[1])
-        except OSError:
-            continue
-    return total / 1024
+    return keepalive_seconds(peer.route.port, peer.route.url, n, peer.route.body(stream),
+                             {**peer.headers, **peer.route.headers}, first_byte=stream)
 
 
 def wrk(peer: Peer, duration: int, connections: int, stream: bool) -> dict[str, Any] | None:

@@ -19,11 +19,9 @@ no-op relay and to direct.
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -32,38 +30,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from procs import cpu_s, free_port, wait_up
+
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "kimi-k3.1-pro"
 BODY = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hello"}]})
 STREAM_BODY = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hello"}], "stream": True})
 UPSTREAM = {"x-fake-usage": json.dumps({"prompt": 1200, "cached": 1000, "completion": 50}), "x-fake-chunks": "30"}
-TCK = os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_up(port: int, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"the process for port {port} exited with {proc.returncode}")
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            c.request("GET", "/v1/models")
-            c.getresponse().read()
-            return
-        except OSError:
-            time.sleep(0.2)
-    raise SystemExit(f"port {port} did not come up")
-
-
-def cpu_s(pid: int) -> float:
-    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(f[11]) + int(f[12])) / TCK
 
 
 def wrk(port: int, duration: int, connections: int, script: str) -> tuple[int, float]:
@@ -121,11 +95,11 @@ def main() -> None:
             if i % 2:
                 order.reverse()  # neither side always runs first after the other
             for name, (proc, port) in order:
-                before, up_before = cpu_s(proc.pid), cpu_s(upstream_pid)
+                before, up_before = cpu_s([proc.pid]), cpu_s([upstream_pid])
                 n, rps = wrk(port, a.duration, a.connections, script)
-                own = cpu_s(proc.pid) - before
+                own = cpu_s([proc.pid]) - before
                 r = {"us_per_req": own / n * 1e6, "rps": rps,
-                     "upstream_us_per_req": (cpu_s(upstream_pid) - up_before) / n * 1e6}
+                     "upstream_us_per_req": (cpu_s([upstream_pid]) - up_before) / n * 1e6}
                 if name == "direct":
                     r["us_per_req"] = r["upstream_us_per_req"]
                 results[name].append(r)

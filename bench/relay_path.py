@@ -19,11 +19,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
-import http.client
 import json
 import os
 import resource
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +32,9 @@ from typing import Any
 
 import uvloop
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from procs import free_port, wait_up
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
@@ -41,24 +42,6 @@ sys.path.insert(0, str(ROOT / "bench"))
 BODY = json.dumps({"model": "kimi-k3.1-pro", "messages": [{"role": "user", "content": "hello"}]}).encode()
 UPSTREAM = {"x-fake-usage": json.dumps({"prompt": 1200, "cached": 1000, "completion": 50}), "x-fake-chunks": "30"}
 App = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_up(port: int) -> None:
-    for _ in range(300):
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            c.request("GET", "/v1/models")
-            c.getresponse().read()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise SystemExit(f"port {port} did not come up")
 
 
 def scope() -> dict[str, Any]:
@@ -156,7 +139,7 @@ def main() -> None:
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     tmp = Path(tempfile.mkdtemp(prefix="llmmeter-path-"))
     try:
-        wait_up(port)
+        wait_up(port, up)
         out = uvloop.run(run(a, f"http://127.0.0.1:{port}", tmp))
     finally:
         up.terminate()
