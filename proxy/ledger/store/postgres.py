@@ -43,7 +43,7 @@ _COPY = f"COPY {_STAGING} (ord, {_COLS}) FROM STDIN"
 # (migration 012), so a record id already in the ledger under another start is skipped here:
 # a batch result's id comes from its batch and line, and a second download of the file
 # brings it again with a later start, which must bill nothing; so does one whose month was
-# pruned since (its id kept in pruned_batch_ids, migration 015).
+# pruned since (its id kept in pruned_batch_ids, migration 017).
 _MOVE = (f"INSERT INTO requests ({_COLS}) SELECT DISTINCT ON (id COLLATE \"C\") {_COLS} FROM {_STAGING} s "
          "WHERE NOT EXISTS (SELECT 1 FROM requests r WHERE r.id = s.id) "
          "AND NOT (s.endpoint = 'batch' AND EXISTS (SELECT 1 FROM pruned_batch_ids p WHERE p.id = s.id)) "

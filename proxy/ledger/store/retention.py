@@ -25,7 +25,7 @@ def delete_chunk_sql(mark: str) -> str:
 
 def keep_batch_ids_chunk_sql(mark: str) -> str:
     """The batch results' ids among the chunk delete_chunk_sql deletes next, in the same
-    transaction: kept in pruned_batch_ids (migration 015), so a download of the same results
+    transaction: kept in pruned_batch_ids (migration 017), so a download of the same results
     after the prune bills nothing again."""
     return (f"INSERT INTO pruned_batch_ids (id) SELECT id FROM requests WHERE id IN ({_chunk_sql(mark)}) "
             "AND endpoint = 'batch' ON CONFLICT (id) DO NOTHING")

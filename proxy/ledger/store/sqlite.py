@@ -399,7 +399,7 @@ class SqliteWriter:
 
 
 def _pruned_batch_ids(con: sqlite3.Connection, records: Sequence[Record]) -> set[str]:
-    """The batch results' ids among `records` that a prune kept in pruned_batch_ids (migration 015)."""
+    """The batch results' ids among `records` that a prune kept in pruned_batch_ids (migration 017)."""
     ids = [r.id for r in records if r.endpoint == "batch"]  # proxy.protocol.names.BATCH
     gone: set[str] = set()
     for at in range(0, len(ids), _ID_QUERY):
