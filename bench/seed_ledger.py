@@ -3,8 +3,8 @@
     python bench/seed_ledger.py --rows 1000000 --month 2026-11 --db sqlite:///data/bench.db
 
 A realistic mix: kimi-k3.1-pro at both tiers (plus a little unpriced traffic), three
-tenants, tags and untagged calls, every workload class, a daytime peak, and ~60% cache
-hits on the input side. Costs come from the shipped price tables, as the proxy's would.
+tenants, tags and untagged calls, every workload class, a daytime peak, ~60% cache
+hits on the input side, and a time to first token on every stream. Costs come from the shipped price tables, as the proxy's would.
 Deterministic for a given --seed. Rows go in time order through the ledger's own writer.
 """
 
@@ -73,15 +73,19 @@ def main() -> None:
         side = min(side, 1_000_000)
         cached = int(side * rng.choice((0, 0.6, 0.8, 0.9))) if rng.random() < 0.7 else 0
         out = int(rng.lognormvariate(5.5, 1.0)) + 1
+        stream = rng.random() < 0.6
+        # A stream's time to first token grows with its input side (prefill); the rest of
+        # the duration is decoding at ~30 ms a token, so the speed table has figures to show.
+        ttft = int(rng.lognormvariate(5.5, 0.6) + side / 200) if stream else None
         model, tier = ("kimi-k3.1-pro", "highspeed" if rng.random() < 0.2 else "standard")
         if rng.random() < 0.01:
             model, tier = "some-unpriced-model", "standard"
         rec = Record(id=f"seed-{a.seed}-{i:010d}", start=start, tenant=tenant, endpoint="chat",
-                     stream=rng.random() < 0.6, code=200, outcome="ok", upstream="moonshot",
+                     stream=stream, code=200, outcome="ok", upstream="moonshot",
                      model_requested=model, response_model=model, input_tokens=side - cached,
                      cache_read_tokens=cached, output_tokens=out, reasoning_tokens=None,
                      usage_source="estimated" if rng.random() < 0.01 else "upstream",
-                     duration_ms=int(out * 30), tag=tag, workload=workloads.classify(side))
+                     duration_ms=(ttft or 0) + int(out * 30), ttft_ms=ttft, tag=tag, workload=workloads.classify(side))
         found = book.resolve(model, tier, start)
         if found is not None:
             p = found.price
