@@ -74,9 +74,10 @@ def main() -> None:
         cached = int(side * rng.choice((0, 0.6, 0.8, 0.9))) if rng.random() < 0.7 else 0
         out = int(rng.lognormvariate(5.5, 1.0)) + 1
         stream = rng.random() < 0.6
-        # A stream's time to first token grows with its input side (prefill); the rest of
-        # the duration is decoding at ~30 ms a token, so the speed table has figures to show.
+        # A stream's time to first token grows with its input side (prefill); the rest of the
+        # duration is decoding at ~30 ms a token, varying by call, so the speed table has figures.
         ttft = int(rng.lognormvariate(5.5, 0.6) + side / 200) if stream else None
+        decode_ms = int(out * rng.lognormvariate(3.4, 0.3))
         model, tier = ("kimi-k3.1-pro", "highspeed" if rng.random() < 0.2 else "standard")
         if rng.random() < 0.01:
             model, tier = "some-unpriced-model", "standard"
@@ -85,7 +86,7 @@ def main() -> None:
                      model_requested=model, response_model=model, input_tokens=side - cached,
                      cache_read_tokens=cached, output_tokens=out, reasoning_tokens=None,
                      usage_source="estimated" if rng.random() < 0.01 else "upstream",
-                     duration_ms=(ttft or 0) + int(out * 30), ttft_ms=ttft, tag=tag, workload=workloads.classify(side))
+                     duration_ms=(ttft or 0) + decode_ms, ttft_ms=ttft, tag=tag, workload=workloads.classify(side))
         found = book.resolve(model, tier, start)
         if found is not None:
             p = found.price
