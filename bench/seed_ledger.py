@@ -4,7 +4,8 @@
 
 A realistic mix: kimi-k3.1-pro at both tiers (plus a little unpriced traffic), three
 tenants, tags and untagged calls, every workload class, a daytime peak, ~60% cache
-hits on the input side, and a time to first token on every stream. Costs come from the shipped price tables, as the proxy's would.
+hits on the input side, and a time to first token on every stream. Costs come from the
+shipped price tables, as the proxy's would.
 Deterministic for a given --seed. Rows go in time order through the ledger's own writer.
 """
 

@@ -141,7 +141,7 @@ def test_the_input_side_histogram_counts_one_hour_writes(db_url: str, ledgers: l
     ledger.append_many([full_record(i, input_tokens=1, cache_read_tokens=0, cache_write_tokens=0,
                                     cache_write_1h_tokens=99) for i in range(3)])
     assert ledger.flush()
-    assert execute(db_url, "SELECT bucket, requests FROM input_side_histogram") == [(91, 3)]
+    assert execute(db_url, "SELECT bucket, requests FROM size_histogram WHERE span = 1") == [(99, 3)]
     assert ledger.store.input_side_percentiles(*EVER, None, (50,)) == {"search-team": [100]}
 
 

@@ -241,9 +241,10 @@ def test_hourly_rollup_matches_the_requests_and_ignores_duplicates(db_url: str, 
     scanned = sorted(scan(store, lo, hi, None))
     assert rolled == scanned and sum(r.requests for r in store.hourly_rows(lo, hi, None)) == 50
     con = sqlite3.connect(store.path)
-    try:  # migration 003's size histogram counts each metered request once, in its own bucket
-        hist = con.execute("SELECT tenant, bucket, SUM(requests) FROM input_side_histogram GROUP BY 1, 2").fetchall()
-        bounds = [b for (b,) in con.execute("SELECT lo FROM input_side_bounds ORDER BY lo")]
+    try:  # migration 015's size histogram counts each metered request once, in its own bucket
+        hist = con.execute("SELECT tenant, bucket, SUM(requests) FROM size_histogram WHERE span = 1 "
+                           "GROUP BY 1, 2").fetchall()
+        bounds = [b for (b,) in con.execute("SELECT lo FROM histogram_bounds ORDER BY lo")]
     finally:
         con.close()
     want: dict[tuple[str, int], int] = {}
@@ -314,7 +315,7 @@ def test_a_ledger_from_before_migration_004_keeps_exact_rollups_across_the_upgra
     assert sum(r.requests for r in store.hourly_rows(lo, hi, None)) == 90
     con = sqlite3.connect(path)
     try:
-        counted = con.execute("SELECT SUM(requests) FROM input_side_histogram").fetchone()[0]
+        counted = con.execute("SELECT SUM(requests) FROM size_histogram WHERE span = 24").fetchone()[0]
         triggers = con.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall()
     finally:
         con.close()
