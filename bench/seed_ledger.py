@@ -58,6 +58,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
     rng = random.Random(a.seed)
+    timing = random.Random(f"{a.seed}-timing")
     book = PriceBook(load_dir(default_tables_dir()))
     first = datetime.strptime(a.month, "%Y-%m").replace(tzinfo=UTC)
     seconds = ((first + timedelta(days=32)).replace(day=1) - first).total_seconds()
@@ -74,19 +75,21 @@ def main() -> None:
         side = min(side, 1_000_000)
         cached = int(side * rng.choice((0, 0.6, 0.8, 0.9))) if rng.random() < 0.7 else 0
         out = int(rng.lognormvariate(5.5, 1.0)) + 1
-        stream = rng.random() < 0.6
-        # A stream's time to first token grows with its input side (prefill); the rest of the
-        # duration is decoding at ~30 ms a token, varying by call, so the speed table has figures.
-        ttft = int(rng.lognormvariate(5.5, 0.6) + side / 200) if stream else None
-        decode_ms = int(out * rng.lognormvariate(3.4, 0.3))
         model, tier = ("kimi-k3.1-pro", "highspeed" if rng.random() < 0.2 else "standard")
         if rng.random() < 0.01:
             model, tier = "some-unpriced-model", "standard"
+        stream = rng.random() < 0.6
+        estimated = rng.random() < 0.01
+        # A stream's time to first token grows with its input side (prefill); the rest of the
+        # duration is decoding at ~30 ms a token, varying by call. Drawn from their own
+        # generator, so every other field is what earlier versions of this script seeded.
+        ttft = int(timing.lognormvariate(5.5, 0.6) + side / 200) if stream else None
+        decode_ms = int(out * timing.lognormvariate(3.4, 0.3))
         rec = Record(id=f"seed-{a.seed}-{i:010d}", start=start, tenant=tenant, endpoint="chat",
                      stream=stream, code=200, outcome="ok", upstream="moonshot",
                      model_requested=model, response_model=model, input_tokens=side - cached,
                      cache_read_tokens=cached, output_tokens=out, reasoning_tokens=None,
-                     usage_source="estimated" if rng.random() < 0.01 else "upstream",
+                     usage_source="estimated" if estimated else "upstream",
                      duration_ms=(ttft or 0) + decode_ms, ttft_ms=ttft, tag=tag, workload=workloads.classify(side))
         found = book.resolve(model, tier, start)
         if found is not None:

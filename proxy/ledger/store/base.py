@@ -130,6 +130,10 @@ class Store(Protocol):
         """The UTC months overlapping [from, to) whose per-request rows were pruned (retention)."""
         ...
 
+    def histograms_short(self, start_from: datetime, start_to: datetime) -> bool:
+        """Whether a month overlapping [from, to) was pruned before migration 015 kept its histograms."""
+        ...
+
 
 class Session(Protocol):
     """One migration's connection, in a transaction that holds the dialect's migration lock."""
@@ -326,7 +330,7 @@ class SqlStore(ABC):
                                percents: Sequence[int]) -> dict[str, list[int]]:
         """Nearest-rank percentiles of input-side tokens per metered request, per tenant, from
         migration 015's size histogram: within histograms.ERROR of the exact figures."""
-        if self._histograms_short(start_from, start_to):
+        if self.histograms_short(start_from, start_to):
             return {}
         counts = self._histogram("size_histogram", start_from, start_to, tenant, ("tenant", "bucket"))
         return histograms.size_percentiles(counts, percents)
@@ -351,7 +355,7 @@ class SqlStore(ABC):
         from migration 015's speed histogram: within histograms.ERROR of the exact figures."""
         start_from = lo_us if isinstance(lo_us, datetime) else from_micros(lo_us)
         start_to = hi_us if isinstance(hi_us, datetime) else from_micros(hi_us)
-        if self._histograms_short(start_from, start_to):
+        if self.histograms_short(start_from, start_to):
             return []
         counts = self._histogram("speed_histogram", start_from, start_to, tenant,
                                  ("model", "tier", "measure", "bucket"))
@@ -362,7 +366,7 @@ class SqlStore(ABC):
         requests in [from, to) with the upstream's usage and a time to first token: the time to first
         token's p50 and p95 and the output tokens per second after it, p50 and p95, nearest rank, from
         migration 015's speed histogram."""
-        if self._histograms_short(start_from, start_to):
+        if self.histograms_short(start_from, start_to):
             return []
         counts = self._histogram("speed_histogram", start_from, start_to, tenant,
                                  ("model", "tier", "band", "measure", "bucket"))
@@ -375,7 +379,7 @@ class SqlStore(ABC):
         return histograms.counted(self._read, scan, self.mark, table, to_micros(start_from), to_micros(start_to),
                                   tenant, keys)
 
-    def _histograms_short(self, start_from: datetime, start_to: datetime) -> bool:
+    def histograms_short(self, start_from: datetime, start_to: datetime) -> bool:
         """Whether a month of the range was pruned before migration 015: its histograms lack the
         deleted requests, so the figures they would give are left out rather than given wrong."""
         last = from_micros(to_micros(start_to) - 1)

@@ -22,8 +22,11 @@ from proxy.report.model import (
 )
 from proxy.times import rfc3339
 
-# The figures read from per-request rows, unavailable (not zero) for a pruned month's requests.
-NEED_ROWS = ("by_tenant.input_tokens_p50", "by_tenant.input_tokens_p95", "speed", "slo", "unpriced_estimated")
+# The figures read from per-request rows, unavailable (not zero) for a pruned month's requests; the
+# percentiles, speed and slo come from histograms a prune keeps (migration 015), unless the month was
+# pruned before they existed.
+NEED_ROWS = ("unpriced_estimated",)
+NEED_HISTOGRAMS = ("by_tenant.input_tokens_p50", "by_tenant.input_tokens_p95", "speed", "slo")
 
 
 def render_json(r: Report) -> str:
@@ -66,7 +69,8 @@ def report_dict(r: Report) -> dict[str, Any]:
     d["decision"] = [decision_dict(x) for x in r.decision]
     d["alternatives"] = alternatives_rows(r.alternatives)
     if r.pruned_months:  # retention: what the rollups still give, and what needed the deleted rows
-        d["pruned_months"] = {"months": list(r.pruned_months), "unavailable": list(NEED_ROWS)}
+        lost = (*NEED_HISTOGRAMS, *NEED_ROWS) if r.pruned_before_histograms else NEED_ROWS
+        d["pruned_months"] = {"months": list(r.pruned_months), "unavailable": list(lost)}
     return d
 
 
