@@ -1,8 +1,9 @@
-"""Migration 015's histograms hold what the requests say, counted here in Python from the
-records themselves, after every write path (insert_many with a replay, the importer, adopt,
-a batch's results, repricing, a prune) and after the migration's backfill of an existing
-ledger, on SQLite and PostgreSQL; and the report's figures read from them are within the
-stated bucket error (histograms.ERROR) of exact nearest-rank percentiles."""
+"""Migration 015's histograms and 016's sums of unpriced and estimated requests hold what the
+requests say, counted here in Python from the records themselves, after every write path
+(insert_many with a replay, the importer, adopt, a batch's results, repricing, a prune) and
+after the migrations' backfill of an existing ledger, on SQLite and PostgreSQL; and the
+report's figures read from them are within the stated bucket error (histograms.ERROR) of
+exact nearest-rank percentiles."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from proxy.ledger.record import Record
 from proxy.ledger.retention import prune
 from proxy.ledger.store import is_postgresql, open_store, sqlite_path
 from proxy.ledger.store.histograms import BOUNDS, ERROR
+from proxy.ledger.store.rows import to_micros
+from proxy.ledger.store.unpriced_report import uncertain_rows
 from proxy.report.build import month_range
 from tests.ledger.helpers import EVER, full_record
 from tests.ledger.test_journal_binding import left_behind
@@ -45,7 +48,8 @@ def traffic(n: int = 600, seed: int = 5, prefix: str = "h") -> list[Record]:
             usage_source=rng.choice(("upstream", "upstream", "estimated")), ttft_ms=ttft,
             duration_ms=(ttft or 0) + rng.choice((0, rng.randrange(1, 100_000))),
             input_tokens=side, cache_read_tokens=0, cache_write_tokens=0, cache_write_1h_tokens=0,
-            output_tokens=rng.randrange(0, 10**5), endpoint=rng.choice(("chat", "chat", "batch", "models"))))
+            output_tokens=rng.randrange(0, 10**5), endpoint=rng.choice(("chat", "chat", "batch", "models")),
+            cost_units=rng.choice((None, 10**9 + i, 3 * 10**12 + i)), outcome=rng.choice(("ok", "ok", "rejected"))))
     return out
 
 
@@ -53,14 +57,26 @@ def bucket(value: int) -> int:
     return BOUNDS[bisect_right(BOUNDS, value) - 1] if value >= 0 else 0
 
 
-def expected(records: list[Record]) -> tuple[Counter[tuple[object, ...]], Counter[tuple[object, ...]]]:
-    """Each table's rows, counted from the records, per hour (span 1) and per day (span 24)."""
+Tables = tuple[Counter[tuple[object, ...]], Counter[tuple[object, ...]], dict[tuple[object, ...], tuple[int, ...]]]
+
+
+def expected(records: list[Record]) -> Tables:
+    """Each table's rows, counted from the records: the histograms per hour (span 1) and per day
+    (span 24), the uncertain requests' sums per hour (money as one exact integer)."""
     speed: Counter[tuple[object, ...]] = Counter()
     size: Counter[tuple[object, ...]] = Counter()
+    uncertain: dict[tuple[object, ...], tuple[int, ...]] = {}
     for r in records:
+        hour = int((r.start - datetime(1970, 1, 1, tzinfo=UTC)).total_seconds()) // 3600
+        unpriced = r.cost_units is None and r.outcome != "rejected" and r.endpoint in BILLED
+        if unpriced or r.usage_source == "estimated":
+            key = (hour, r.tenant, r.model or r.model_requested or "", int(r.model is None), r.tier or "", r.upstream,
+                   int(unpriced), int(r.usage_source == "estimated"))
+            adds = (1, r.input_tokens, r.cache_read_tokens, r.cache_write_tokens, r.cache_write_1h_tokens,
+                    r.output_tokens, r.web_search_calls, r.cost_units or 0)
+            uncertain[key] = tuple(a + b for a, b in zip(uncertain.get(key, (0,) * 8), adds, strict=True))
         if r.endpoint not in BILLED:
             continue
-        hour = int((r.start - datetime(1970, 1, 1, tzinfo=UTC)).total_seconds()) // 3600
         side = r.input_side_tokens
         for span in (1, 24):
             at = hour // span * span
@@ -71,10 +87,10 @@ def expected(records: list[Record]) -> tuple[Counter[tuple[object, ...]], Counte
                 speed[(*key, 0, bucket(r.ttft_ms))] += 1
                 if r.duration_ms > r.ttft_ms:
                     speed[(*key, 1, bucket(r.output_tokens * 100_000 // (r.duration_ms - r.ttft_ms)))] += 1
-    return speed, size
+    return speed, size, uncertain
 
 
-def tables(url: str) -> tuple[Counter[tuple[object, ...]], Counter[tuple[object, ...]]]:
+def tables(url: str) -> Tables:
     speed = "SELECT span, hour, tenant, model, tier, band, measure, bucket, requests FROM speed_histogram"
     size = "SELECT span, hour, tenant, bucket, requests FROM size_histogram"
     got = []
@@ -82,7 +98,15 @@ def tables(url: str) -> tuple[Counter[tuple[object, ...]], Counter[tuple[object,
         rows = _query(url, sql)
         got.append(Counter({tuple(row[:-1]): row[-1] for row in rows if row[-1]}))
         assert all(row[-1] >= 0 for row in rows)
-    return got[0], got[1]
+    uncertain = {}
+    for row in _query(url, "SELECT hour, tenant, model, unpriced_model, tier, upstream, unpriced, estimated, requests, "
+                           "input_tokens, cache_read_tokens, cache_write_tokens, cache_write_1h_tokens, output_tokens, "
+                           "web_search_calls, cost_usd, cost_rest FROM uncertain_rollup"):
+        assert row[8] >= 0
+        if row[8]:
+            money = int(str(row[15])) * 10**10 + int(str(row[16]))
+            uncertain[tuple(row[:8])] = (*(int(str(v)) for v in row[8:15]), money)
+    return got[0], got[1], uncertain
 
 
 def _query(url: str, sql: str) -> list[tuple[object, ...]]:
@@ -160,33 +184,36 @@ def test_repricing_moves_the_speed_counts_with_the_model_and_tier(db_url: str) -
         found = r.candidates(*EVER, None, False, 200)
         for rec in found:
             rec.model, rec.tier = "m3", "flex"  # as a later price table could resolve them
+            rec.cost_units = 7 if rec.cost_units is None else rec.cost_units
         r.update(found)
     now = list(store.query(*EVER, None))
     assert sum(rec.model == "m3" for rec in now) == 200
     assert tables(db_url) == expected(now)
 
 
-def test_a_prune_leaves_the_histograms_and_the_figures(db_url: str) -> None:
+def test_a_prune_leaves_the_histograms_the_sums_and_the_figures(db_url: str) -> None:
     records = traffic(seed=17)
     written(db_url, records)
     store = open_store(db_url)
     october = (OCTOBER, datetime(2026, 11, 1, tzinfo=UTC))
-    before = (store.speed(*october), store.slo(*october, None), store.input_side_percentiles(*october, None, (50, 95)))
-    assert before[0] and before[2]
+    lo_hi = (to_micros(october[0]), to_micros(october[1]))
+    before = (store.speed(*october), store.slo(*october, None), store.input_side_percentiles(*october, None, (50, 95)),
+              sorted(uncertain_rows(store, *lo_hi), key=repr))
+    assert before[0] and before[2] and before[3]
     done = prune(store, "2026-11", apply=True, now=datetime(2026, 12, 5, tzinfo=UTC))
     assert [m.month for m in done] == ["2026-10"] and store.count(*october, None) == 0
     assert tables(db_url) == expected(records)
-    assert (store.speed(*october), store.slo(*october, None),
-            store.input_side_percentiles(*october, None, (50, 95))) == before
+    assert (store.speed(*october), store.slo(*october, None), store.input_side_percentiles(*october, None, (50, 95)),
+            sorted(uncertain_rows(store, *lo_hi), key=repr)) == before
 
 
-def test_migration_015_fills_the_histograms_from_the_rows_a_ledger_has(db_url: str) -> None:
+def test_migrations_015_and_016_fill_the_tables_from_the_rows_a_ledger_has(db_url: str) -> None:
     records = traffic(seed=21)
     written(db_url, records[:500])
     _before_015(db_url)
     _execute(db_url, "INSERT INTO pruned_months (month, pruned_at, requests) VALUES ('2026-09', 1, 5)")
     store = open_store(db_url)
-    assert store.migrate() == 1
+    assert store.migrate() == 2
     assert tables(db_url) == expected(records[:500])
     written(db_url, records)  # the writers keep them from there
     assert tables(db_url) == expected(records)
@@ -194,6 +221,7 @@ def test_migration_015_fills_the_histograms_from_the_rows_a_ledger_has(db_url: s
     # so the figures that would need them are left out, not given short.
     september = (datetime(2026, 9, 1, tzinfo=UTC), datetime(2026, 11, 1, tzinfo=UTC))
     assert store.speed(*september) == [] and store.input_side_percentiles(*september, None, (50,)) == {}
+    assert uncertain_rows(store, to_micros(september[0]), to_micros(september[1])) == []
     assert store.speed(OCTOBER, datetime(2026, 11, 1, tzinfo=UTC))
 
 
@@ -235,12 +263,14 @@ def _close(figure: int, exact: int) -> None:
 
 
 def _before_015(url: str) -> None:
-    """The ledger as an llmmeter before migration 015 left it (its rows stay)."""
-    common = ("DROP TABLE speed_histogram", "DROP TABLE size_histogram", "DROP TABLE histogram_bounds",
+    """The ledger as an llmmeter before migrations 015 and 016 left it (its rows stay)."""
+    common = ("DROP TABLE uncertain_rollup", "DROP TABLE speed_histogram", "DROP TABLE size_histogram",
+              "DROP TABLE histogram_bounds",
               "ALTER TABLE pruned_months DROP COLUMN before_histograms",
-              "DELETE FROM schema_migrations WHERE version = 15")
+              "DELETE FROM schema_migrations WHERE version >= 15")
     if is_postgresql(url):
-        _execute(url, "DROP TRIGGER requests_speed_histogram ON requests",
+        _execute(url, "DROP TRIGGER requests_uncertain_rollup ON requests", "DROP FUNCTION requests_uncertain_rollup()",
+                 "DROP TRIGGER requests_speed_histogram ON requests",
                  "DROP TRIGGER requests_size_histogram ON requests", "DROP FUNCTION requests_speed_histogram()",
                  "DROP FUNCTION requests_size_histogram()", *common)
         _execute(url, next(m.sql for m in load("postgresql") if m.version == 3))

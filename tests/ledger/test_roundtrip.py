@@ -64,7 +64,7 @@ def test_table_has_one_column_per_record_field(tmp_path: Path, db_url: str, ledg
         con.close()
     assert cols == list(COLUMNS)  # in the table's order: 005's cost_carry before 007's columns
     assert sorted(COLUMNS) == sorted([*(f.name for f in fields(Record)), "cost_carry"])
-    assert versions == [m.version for m in load("sqlite")] == list(range(1, 16)) and mode == "wal"
+    assert versions == [m.version for m in load("sqlite")] == list(range(1, 17)) and mode == "wal"
     assert {"requests_start", "requests_tenant_start", "requests_uncertain"} <= indexes
 
 

@@ -21,9 +21,9 @@ from typing import Any, ClassVar, Protocol
 
 from proxy.ledger.migrations import load, unknown
 from proxy.ledger.record import Record
-from proxy.ledger.store import histograms
 from proxy.ledger.store.batch_files import BatchFile, file_sql, note_files, note_owner, owner_sql
 from proxy.ledger.store.errors import LedgerOutdated, LedgerTooNew, StoreUnavailable
+from proxy.ledger.store.histograms import counted, size_percentiles, slo_rows, speed_rows
 from proxy.ledger.store.minutes import MINUTE_US, MINUTES_SQL, MinuteLoad
 from proxy.ledger.store.repricing import Repricing, candidates_sql
 from proxy.ledger.store.retention import OLDEST_SQL, delete_chunk_sql, pruned_sql, record_sql
@@ -333,7 +333,7 @@ class SqlStore(ABC):
         if self.histograms_short(start_from, start_to):
             return {}
         counts = self._histogram("size_histogram", start_from, start_to, tenant, ("tenant", "bucket"))
-        return histograms.size_percentiles(counts, percents)
+        return size_percentiles(counts, percents)
 
     def minute_load(self, start_from: datetime, start_to: datetime, tenant: str | None) -> list[MinuteLoad]:
         """The load of each UTC minute that starts in [from, to) and had any (migration 013's sums,
@@ -359,7 +359,7 @@ class SqlStore(ABC):
             return []
         counts = self._histogram("speed_histogram", start_from, start_to, tenant,
                                  ("model", "tier", "measure", "bucket"))
-        return histograms.speed_rows(counts)
+        return speed_rows(counts)
 
     def slo(self, start_from: datetime, start_to: datetime, tenant: str | None) -> list[SloRow]:
         """Per model, tier and input-side band (proxy/ledger/store/slo.py), over the streamed metered
@@ -370,14 +370,14 @@ class SqlStore(ABC):
             return []
         counts = self._histogram("speed_histogram", start_from, start_to, tenant,
                                  ("model", "tier", "band", "measure", "bucket"))
-        return histograms.slo_rows(counts)
+        return slo_rows(counts)
 
     def _histogram(self, table: str, start_from: datetime, start_to: datetime, tenant: str | None,
                    keys: tuple[str, ...]) -> dict[tuple[object, ...], int]:
         def scan(a: int, b: int, t: str | None) -> tuple[str, tuple[object, ...]]:
             return self._scan(from_micros(a), from_micros(b), t)
-        return histograms.counted(self._read, scan, self.mark, table, to_micros(start_from), to_micros(start_to),
-                                  tenant, keys)
+        return counted(self._read, scan, self.mark, table, to_micros(start_from), to_micros(start_to),
+                       tenant, keys)
 
     def histograms_short(self, start_from: datetime, start_to: datetime) -> bool:
         """Whether a month of the range was pruned before migration 015: its histograms lack the

@@ -29,6 +29,7 @@ from proxy.ledger.store.histograms import add_sql, size_values, speed_values
 from proxy.ledger.store.minutes import SQLITE_ADD_MINUTES
 from proxy.ledger.store.rows import COLUMNS, Row, to_row, values_of
 from proxy.ledger.store.sql import HOURLY_SQL
+from proxy.ledger.store.uncertain import add_uncertain_sql, uncertain_values
 
 # The ledger holds end_user: created owner read-write and group read-only (and, as ever,
 # narrowed by the umask). SQLite gives its -wal and -shm files the database file's mode.
@@ -77,9 +78,10 @@ ON CONFLICT ({_ROLLUP_KEY}) DO UPDATE SET
                         + (provider_cost_units + excluded.provider_cost_units) / {_UNITS},
     provider_cost_units = (provider_cost_units + excluded.provider_cost_units) % {_UNITS},
     provider_costed = provider_costed + excluded.provider_costed"""
-# Migration 015's histograms, from the batch's new rows.
+# Migration 015's histograms and 016's sums of uncertain requests, from the batch's new rows.
 _ADD_TO_HISTOGRAMS = (add_sql("speed_histogram", speed_values("requests", "rowid > ?")),
                       add_sql("size_histogram", size_values("requests", "rowid > ?")))
+_ADD_UNCERTAIN = add_uncertain_sql(uncertain_values("requests", "rowid > ?"))
 # What a record's content can make SQLite refuse; anything else is the database's trouble.
 _REFUSALS = ("SQLITE_CONSTRAINT", "SQLITE_MISMATCH", "SQLITE_TOOBIG", "SQLITE_RANGE")
 
@@ -358,6 +360,7 @@ class SqliteWriter:
                 con.execute(_ADD_TO_ROLLUP, (before,))
                 con.execute(_ADD_TO_HISTOGRAMS[0], (before, before))
                 con.execute(_ADD_TO_HISTOGRAMS[1], (before,))
+                con.execute(_ADD_UNCERTAIN, (before,))
                 con.execute(SQLITE_ADD_MINUTES, (before,))  # migration 013's per-minute load
                 if any(r.budget_leases for r in records):  # their reservations become their cost, here
                     new = None if added == len(records) else {
