@@ -131,7 +131,8 @@ class Store(Protocol):
         ...
 
     def histograms_short(self, start_from: datetime, start_to: datetime) -> bool:
-        """Whether a month overlapping [from, to) was pruned before migration 015 kept its histograms."""
+        """Whether a month overlapping [from, to) was pruned before migrations 015 and 016 kept its
+        histograms and sums: the figures read from them are then left out."""
         ...
 
 
@@ -380,8 +381,8 @@ class SqlStore(ABC):
                        tenant, keys)
 
     def histograms_short(self, start_from: datetime, start_to: datetime) -> bool:
-        """Whether a month of the range was pruned before migration 015: its histograms lack the
-        deleted requests, so the figures they would give are left out rather than given wrong."""
+        """Whether a month of the range was pruned before migrations 015 and 016: their tables lack
+        the deleted requests, so the figures they would give are left out rather than given short."""
         last = from_micros(to_micros(start_to) - 1)
         first = start_from.astimezone(UTC)
         m = self.mark

@@ -21,5 +21,5 @@ class SloRow:
     ttft_ms_p50: int
     ttft_ms_p95: int
     timed_requests: int  # those that ran past their first token: what the tokens/s rest on
-    output_tokens_per_s_p50: float | None  # to 0.01 token/s, rounded down; None: no timed request
+    output_tokens_per_s_p50: float | None  # in 0.01 token/s, its histogram bucket's; None: no timed request
     output_tokens_per_s_p95: float | None
