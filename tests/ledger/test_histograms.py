@@ -28,6 +28,7 @@ from proxy.ledger.store.unpriced_report import uncertain_rows
 from proxy.report.build import month_range
 from tests.ledger.helpers import EVER, full_record
 from tests.ledger.test_journal_binding import left_behind
+from tests.ledger.test_prune import report_json
 
 OCTOBER = datetime(2026, 10, 1, tzinfo=UTC)
 BILLED = ("batch", "chat", "completions", "embeddings", "messages", "responses")
@@ -222,6 +223,11 @@ def test_migrations_015_and_016_fill_the_tables_from_the_rows_a_ledger_has(db_ur
     september = (datetime(2026, 9, 1, tzinfo=UTC), datetime(2026, 11, 1, tzinfo=UTC))
     assert store.speed(*september) == [] and store.input_side_percentiles(*september, None, (50,)) == {}
     assert uncertain_rows(store, to_micros(september[0]), to_micros(september[1])) == []
+    # The report says which figures it leaves out, and only for such a month.
+    assert report_json(db_url, datetime(2026, 9, 5, tzinfo=UTC))["pruned_months"] == {
+        "months": ["2026-09"], "unavailable": ["by_tenant.input_tokens_p50", "by_tenant.input_tokens_p95", "speed",
+                                               "slo", "unpriced_estimated"]}
+    assert "pruned_months" not in report_json(db_url, datetime(2026, 10, 5, tzinfo=UTC))
     assert store.speed(OCTOBER, datetime(2026, 11, 1, tzinfo=UTC))
 
 
