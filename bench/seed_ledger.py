@@ -3,8 +3,9 @@
     python bench/seed_ledger.py --rows 1000000 --month 2026-11 --db sqlite:///data/bench.db
 
 A realistic mix: kimi-k3.1-pro at both tiers (plus a little unpriced traffic), three
-tenants, tags and untagged calls, every workload class, a daytime peak, and ~60% cache
-hits on the input side. Costs come from the shipped price tables, as the proxy's would.
+tenants, tags and untagged calls, every workload class, a daytime peak, ~60% cache
+hits on the input side, and a time to first token on every stream. Costs come from the
+shipped price tables, as the proxy's would.
 Deterministic for a given --seed. Rows go in time order through the ledger's own writer.
 """
 
@@ -57,6 +58,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
     rng = random.Random(a.seed)
+    timing = random.Random(f"{a.seed}-timing")
     book = PriceBook(load_dir(default_tables_dir()))
     first = datetime.strptime(a.month, "%Y-%m").replace(tzinfo=UTC)
     seconds = ((first + timedelta(days=32)).replace(day=1) - first).total_seconds()
@@ -76,12 +78,19 @@ def main() -> None:
         model, tier = ("kimi-k3.1-pro", "highspeed" if rng.random() < 0.2 else "standard")
         if rng.random() < 0.01:
             model, tier = "some-unpriced-model", "standard"
+        stream = rng.random() < 0.6
+        estimated = rng.random() < 0.01
+        # A stream's time to first token grows with its input side (prefill); the rest of the
+        # duration is decoding at ~30 ms a token, varying by call. Drawn from their own
+        # generator, so every other field is what earlier versions of this script seeded.
+        ttft = int(timing.lognormvariate(5.5, 0.6) + side / 200) if stream else None
+        decode_ms = int(out * timing.lognormvariate(3.4, 0.3))
         rec = Record(id=f"seed-{a.seed}-{i:010d}", start=start, tenant=tenant, endpoint="chat",
-                     stream=rng.random() < 0.6, code=200, outcome="ok", upstream="moonshot",
+                     stream=stream, code=200, outcome="ok", upstream="moonshot",
                      model_requested=model, response_model=model, input_tokens=side - cached,
                      cache_read_tokens=cached, output_tokens=out, reasoning_tokens=None,
-                     usage_source="estimated" if rng.random() < 0.01 else "upstream",
-                     duration_ms=int(out * 30), tag=tag, workload=workloads.classify(side))
+                     usage_source="estimated" if estimated else "upstream",
+                     duration_ms=(ttft or 0) + decode_ms, ttft_ms=ttft, tag=tag, workload=workloads.classify(side))
         found = book.resolve(model, tier, start)
         if found is not None:
             p = found.price

@@ -139,6 +139,7 @@ def build_report(store: Store, inp: ReportInput) -> Report:
         cost_curve=curve,
         decision=decision(api_units, load, needs, inp.selfhost, cheapest_provider(elsewhere, api_units)),
         pruned_months=tuple(store.pruned_months(start, end)),
+        pruned_before_histograms=store.histograms_short(start, end),
         alternatives=elsewhere,
         alternatives_priced=alternatives_available(),
     )

@@ -295,5 +295,6 @@ class Report:
     cost_curve: CostCurve | None = None  # self-hosted against the API by utilisation; None: no node profile
     decision: tuple[Option, ...] = ()  # keep the API, another provider, or self-host (proxy/report/decision.py)
     pruned_months: tuple[str, ...] = ()  # UTC months of the report whose per-request rows were pruned
+    pruned_before_histograms: bool = False  # one was pruned before migration 015: no percentiles, speed or slo
     alternatives: tuple[ModelAlternatives, ...] = ()  # the same model at other providers (alternatives.py)
     alternatives_priced: bool = True  # False: genai-prices (llmmeter[prices]) is not installed

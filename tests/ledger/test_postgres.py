@@ -21,6 +21,7 @@ from proxy.ledger import Ledger
 from proxy.ledger.migrations import load
 from proxy.ledger.record import Record
 from proxy.ledger.store import COLUMNS, HourlyRow, StoreUnavailable, open_store
+from proxy.ledger.store.histograms import ERROR
 from proxy.ledger.store.postgres import PostgresStore
 from proxy.ledger.store.rows import to_micros
 from proxy.ledger.store.sql import HOURLY_SQL
@@ -146,11 +147,13 @@ def test_same_answers_as_sqlite(pg_url: str, tmp_path: Path, ledgers: list[Ledge
     where = "start >= %s AND start < %s"
     scanned = named_rows(pg_url, HOURLY_SQL.format(where=where), (to_micros(whole[0]), to_micros(whole[1])))
     assert sorted(HourlyRow.from_sums(r).as_tuple() for r in scanned) == sorted(pg.store.hourly(*whole, None))
-    # Exact nearest rank, computed here.
+    # Nearest rank computed here: each figure within the histogram's stated error of it.
     sizes = sorted(r.input_side_tokens for r in records
                    if r.tenant == "b" and r.endpoint in ("chat", "messages"))
     got = pg.store.input_side_percentiles(*EVER, "b", (7, 50, 95, 100))
-    assert got == {"b": [sizes[(len(sizes) * p + 99) // 100 - 1] for p in (7, 50, 95, 100)]}
+    for figure, p in zip(got["b"], (7, 50, 95, 100), strict=True):
+        exact = sizes[(len(sizes) * p + 99) // 100 - 1]
+        assert abs(figure - exact) <= ERROR * exact, (p, figure, exact)
 
 
 def test_rows_stream_through_a_server_side_cursor(pg_url: str, ledgers: list[Ledger], tmp_path: Path) -> None:

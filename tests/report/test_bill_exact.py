@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from proxy.ledger.store.histograms import ERROR
 from proxy.report import Report, render
 from tests.report.billed import billed_report
 from tests.report.dom import Page
@@ -74,11 +75,17 @@ def test_what_ifs_at_batch_and_flex_and_without_cache(d: dict[str, Any]) -> None
 def test_speed(d: dict[str, Any]) -> None:
     # Sonnet: 500 tokens in 2.0 s after the first (250/s) and 1,000 in 2.0 s (500/s): the lower
     # middle is the median. Kimi: only its streamed request counts.
-    assert d["speed"] == [
+    exact = [
         {"model": "claude-sonnet-4.5", "tier": "standard", "requests": 2, "output_tokens_per_s_p50": 250.0,
          "ttft_ms_p50": 400, "ttft_ms_p95": 1000},
         {"model": "kimi-k3.1-pro", "tier": "standard", "requests": 1, "output_tokens_per_s_p50": 500.0,
          "ttft_ms_p50": 200, "ttft_ms_p95": 200}]
+    # Each figure is its histogram bucket's, within the stated error of the exact one.
+    assert [(x["model"], x["tier"], x["requests"]) for x in d["speed"]] == [
+        (x["model"], x["tier"], x["requests"]) for x in exact]
+    for got, want in zip(d["speed"], exact, strict=True):
+        for k in ("output_tokens_per_s_p50", "ttft_ms_p50", "ttft_ms_p95"):
+            assert abs(got[k] - want[k]) <= ERROR * want[k], (k, got, want)
 
 
 def test_markdown_shows_the_new_columns_sections_and_what_ifs(report: Report) -> None:
@@ -102,7 +109,7 @@ def test_csv_sections_and_exact_money(report: Report) -> None:
                                                                                                   "4000")
     bands = [(r["model"], r["above_input_tokens"]) for r in rows if r["section"] == "by_band"]
     assert bands == [("claude-sonnet-4.5", "0"), ("claude-sonnet-4.5", "200000"), ("kimi-k3.1-pro", "0")]
-    assert [r["ttft_ms_p95"] for r in rows if r["section"] == "speed"] == ["1000", "200"]
+    assert [r["ttft_ms_p95"] for r in rows if r["section"] == "speed"] == ["1002", "201"]  # their buckets
     assert [r["provider_cost_usd"] for r in rows if r["section"] == "by_model"] == ["", "0.0135"]
 
 

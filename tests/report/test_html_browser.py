@@ -13,7 +13,7 @@ from tests.report.dom import Page
 
 TABLES = {"by_model", "totals", "by_tenant", "by_tag", "by_workload", "by_tag_workload", "daily", "what_if",
           "self_hosting", "assumptions", "by_band", "speed", "unpriced_estimated", "load_by_minute", "nodes",
-          "node_sources", "cost_curve", "decision", "alternatives"}
+          "node_sources", "cost_curve", "decision", "alternatives", "slo"}
 CHARTS = ["daily-cost", "token-mix", "cache-by-day", "tag-workload", "hourly", "breakeven", "cost-curve"]
 
 
@@ -25,12 +25,12 @@ def test_seeded_month_in_chromium(build: Callable[[str], Report], tmp_path: Path
 
     assert {t.section for t in dom.tables} == TABLES
     sections = {t.section: t for t in dom.tables}
-    # The seeded ledger has no time to first token: the speed table says so in one cell.
-    assert [[text for _, text in row] for row in sections["speed"].rows] == [
-        ["No streamed requests with usage from the upstream this month."]]
+    # The seeded streams have a time to first token: a speed row per model and tier, the busiest first
+    # (the unpriced model has no tier).
+    assert [[text for _, text in row[:2]] for row in sections["speed"].rows] == [
+        ["kimi-k3.1-pro", "standard"], ["kimi-k3.1-pro", "highspeed"], ["some-unpriced-model", "-"]]
     for table in dom.tables:
-        if table.section != "speed":
-            assert table.headers and all(len(row) == len(table.headers) for row in table.rows), table.section
+        assert table.headers and all(len(row) == len(table.headers) for row in table.rows), table.section
     assert [row[2][1] for row in sections["by_band"].rows] == ["base", "base"]  # the shipped Kimi entries have no band
     by_model = {t.section: t for t in dom.tables}["by_model"]
     assert by_model.total[0] == "Total" and by_model.total[-2] == "≥ $72.66, 25 unpriced"  # the seeded month

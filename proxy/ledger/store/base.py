@@ -23,8 +23,8 @@ from proxy.ledger.migrations import load, unknown
 from proxy.ledger.record import Record
 from proxy.ledger.store.batch_files import BatchFile, file_sql, note_files, note_owner, owner_sql
 from proxy.ledger.store.errors import LedgerOutdated, LedgerTooNew, StoreUnavailable
+from proxy.ledger.store.histograms import counted, size_percentiles, slo_rows, speed_rows
 from proxy.ledger.store.minutes import MINUTE_US, MINUTES_SQL, MinuteLoad
-from proxy.ledger.store.percentiles import input_side_percentiles, locate
 from proxy.ledger.store.repricing import Repricing, candidates_sql
 from proxy.ledger.store.retention import (
     OLDEST_SQL,
@@ -46,7 +46,7 @@ from proxy.ledger.store.rows import (
     to_micros,
     whole_hours,
 )
-from proxy.ledger.store.slo import SLO_RATE_SQL, SLO_TTFT_SQL, SloRow
+from proxy.ledger.store.slo import SloRow
 from proxy.ledger.store.sql import (
     GROUP_SPLIT,
     HOURLY_SQL,
@@ -54,8 +54,6 @@ from proxy.ledger.store.sql import (
     MIGRATIONS_TABLE,
     ROLLUP_SQL,
     SELECT_ROWS,
-    SPEED_RATE_SQL,
-    SPEED_TTFT_SQL,
     TENANT_COST_SQL,
     grouped_sql,
 )
@@ -119,7 +117,7 @@ class Store(Protocol):
 
     def input_side_percentiles(self, start_from: datetime, start_to: datetime, tenant: str | None,
                                percents: Sequence[int]) -> dict[str, list[int]]:
-        """Per tenant, exact nearest-rank percentiles of input-side tokens per metered request."""
+        """Per tenant, nearest-rank percentiles of input-side tokens per metered request."""
         ...
 
     def minute_load(self, start_from: datetime, start_to: datetime, tenant: str | None) -> list[MinuteLoad]:
@@ -136,6 +134,11 @@ class Store(Protocol):
 
     def pruned_months(self, start_from: datetime, start_to: datetime) -> list[str]:
         """The UTC months overlapping [from, to) whose per-request rows were pruned (retention)."""
+        ...
+
+    def histograms_short(self, start_from: datetime, start_to: datetime) -> bool:
+        """Whether a month overlapping [from, to) was pruned before migrations 015 and 016 kept its
+        histograms and sums: the figures read from them are then left out."""
         ...
 
 
@@ -332,9 +335,12 @@ class SqlStore(ABC):
 
     def input_side_percentiles(self, start_from: datetime, start_to: datetime, tenant: str | None,
                                percents: Sequence[int]) -> dict[str, list[int]]:
-        """Exact nearest-rank percentiles of input-side tokens per metered request, per tenant
-        (proxy/ledger/store/percentiles.py)."""
-        return input_side_percentiles(self._read, self._scan, self.mark, start_from, start_to, tenant, percents)
+        """Nearest-rank percentiles of input-side tokens per metered request, per tenant, from
+        migration 015's size histogram: within histograms.ERROR of the exact figures."""
+        if self.histograms_short(start_from, start_to):
+            return {}
+        counts = self._histogram("size_histogram", start_from, start_to, tenant, ("tenant", "bucket"))
+        return size_percentiles(counts, percents)
 
     def minute_load(self, start_from: datetime, start_to: datetime, tenant: str | None) -> list[MinuteLoad]:
         """The load of each UTC minute that starts in [from, to) and had any (migration 013's sums,
@@ -351,40 +357,45 @@ class SqlStore(ABC):
         """Per model and tier, over streamed metered requests in [lo, hi) (microseconds since the
         epoch, or aware datetimes) that carry the upstream's own usage and a time to first token:
         their count, the median output tokens per second after the first token (output_tokens /
-        ((duration_ms - ttft_ms) / 1000), over those with duration_ms > ttft_ms, to 0.01 token/s
-        rounded down; 0.0 when none) and the time to first token's p50 and p95. Percentiles are
-        nearest-rank (the median of an even count is the lower middle), exact to those units."""
+        ((duration_ms - ttft_ms) / 1000), over those with duration_ms > ttft_ms, in 0.01 token/s;
+        0.0 when none) and the time to first token's p50 and p95. Percentiles are nearest-rank,
+        from migration 015's speed histogram: within histograms.ERROR of the exact figures."""
         start_from = lo_us if isinstance(lo_us, datetime) else from_micros(lo_us)
         start_to = hi_us if isinstance(hi_us, datetime) else from_micros(hi_us)
-        where, params = self._scan(start_from, start_to, tenant)
-        ttft = _counted(self._read(SPEED_TTFT_SQL.format(where=where), params))
-        rate = _counted(self._read(SPEED_RATE_SQL.format(where=where), params))
-        out = []
-        for key, values in sorted(ttft.items()):
-            n = sum(count for _, count in values)
-            p50, p95 = (locate(values, (n * p + 99) // 100)[0] for p in (50, 95))
-            rates = rate.get(key, [])
-            timed = sum(count for _, count in rates)
-            median = locate(rates, (timed * 50 + 99) // 100)[0] / 100 if timed else 0.0
-            out.append(SpeedRow(key[0], key[1], n, median, p50, p95))
-        return out
+        if self.histograms_short(start_from, start_to):
+            return []
+        counts = self._histogram("speed_histogram", start_from, start_to, tenant,
+                                 ("model", "tier", "measure", "bucket"))
+        return speed_rows(counts)
 
     def slo(self, start_from: datetime, start_to: datetime, tenant: str | None) -> list[SloRow]:
         """Per model, tier and input-side band (proxy/ledger/store/slo.py), over the streamed metered
         requests in [from, to) with the upstream's usage and a time to first token: the time to first
-        token's p50 and p95 and the output tokens per second after it, p50 and p95, nearest rank."""
-        where, params = self._scan(start_from, start_to, tenant)
-        ttft = _counted(self._read(SLO_TTFT_SQL.format(where=where), params), ("model", "tier", "band"))
-        rate = _counted(self._read(SLO_RATE_SQL.format(where=where), params), ("model", "tier", "band"))
-        out = []
-        for key, values in sorted(ttft.items()):
-            n = sum(count for _, count in values)
-            rates = rate.get(key, [])
-            timed = sum(count for _, count in rates)
-            p50, p95 = (locate(values, (n * p + 99) // 100)[0] for p in (50, 95))
-            r50, r95 = ((locate(rates, (timed * p + 99) // 100)[0] / 100 if timed else None) for p in (50, 95))
-            out.append(SloRow(key[0], key[1], key[2], n, p50, p95, timed, r50, r95))
-        return out
+        token's p50 and p95 and the output tokens per second after it, p50 and p95, nearest rank, from
+        migration 015's speed histogram."""
+        if self.histograms_short(start_from, start_to):
+            return []
+        counts = self._histogram("speed_histogram", start_from, start_to, tenant,
+                                 ("model", "tier", "band", "measure", "bucket"))
+        return slo_rows(counts)
+
+    def _histogram(self, table: str, start_from: datetime, start_to: datetime, tenant: str | None,
+                   keys: tuple[str, ...]) -> dict[tuple[object, ...], int]:
+        def scan(a: int, b: int, t: str | None) -> tuple[str, tuple[object, ...]]:
+            return self._scan(from_micros(a), from_micros(b), t)
+        return counted(self._read, scan, self.mark, table, to_micros(start_from), to_micros(start_to),
+                       tenant, keys)
+
+    def histograms_short(self, start_from: datetime, start_to: datetime) -> bool:
+        """Whether a month of the range was pruned before migrations 015 and 016: their tables lack
+        the deleted requests, so the figures they would give are left out rather than given short."""
+        last = from_micros(to_micros(start_to) - 1)
+        first = start_from.astimezone(UTC)
+        m = self.mark
+        rows = self._read(f"SELECT month FROM pruned_months WHERE month >= {m} AND month <= {m} "
+                          "AND before_histograms = 1", (f"{first.year:04d}-{first.month:02d}",
+                                                        f"{last.year:04d}-{last.month:02d}"))
+        return bool(rows)
 
     # --- repricing (proxy/ledger/reprice.py; the SQL in proxy/ledger/store/repricing.py) ---------
     def reprice_candidates(self, start_from: datetime, start_to: datetime, after: tuple[int, str] | None,
@@ -470,13 +481,3 @@ class SqlStore(ABC):
         if tenant is None:
             return f"start >= {m} AND start < {m}", span
         return f"tenant = {m} AND start >= {m} AND start < {m}", (tenant, *span)
-
-
-def _counted(rows: list[Row], key: tuple[str, ...] = ("model", "tier")) -> dict[tuple[str, ...], list[tuple[int, int]]]:
-    """(value, count) pairs per key (model and tier), sorted by value."""
-    out: dict[tuple[str, ...], list[tuple[int, int]]] = {}
-    for row in rows:
-        out.setdefault(tuple(row[k] for k in key), []).append((exact(row["value"]), exact(row["n"])))
-    for values in out.values():
-        values.sort()
-    return out

@@ -8,7 +8,8 @@ conflicts with): imports wait for it, so no record lands in a rollup row while t
 repricing moves it. In the same transaction the rollup is moved from each record as it was
 to the record as it is now (Repricing.adjust: exact, and as quick in a busy hour as in a
 quiet one); an hour whose rollup is not the sum of its requests is summed again from them
-(Repricing.resum). The input-side histogram is left alone: repricing changes no token count.
+(Repricing.resum). The speed histogram (migration 015) is keyed by model and tier and moves
+with them; the size histogram is left alone: repricing changes no token count.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from typing import Protocol
 
 from pricing.calculator import UNITS_PER_USD
 from proxy.ledger.record import Record
+from proxy.ledger.store.histograms import DAY_HOURS, add_sql, speed_values
 from proxy.ledger.store.rows import HOUR_US, HourlyRow, Row, from_row, to_micros, to_row
 from proxy.ledger.store.sql import HOURLY_SQL, METERED_SQL, ROLLUP_SQL, SELECT_ROWS
+from proxy.ledger.store.uncertain import add_uncertain_sql, uncertain_values
 from proxy.protocol.names import BILLED
 
 # A record that a repricing priced although it was unpriced when written: `--only-unpriced`
@@ -79,14 +82,33 @@ class Repricing:
 
     def update(self, records: Sequence[Record]) -> set[int]:
         """Each record's price columns written (checked against the ledger's caps first, as an
-        import checks them); returns the UTC hours (since the epoch) they start in."""
+        import checks them); returns the UTC hours (since the epoch) they start in. The speed
+        histogram (migration 015) is keyed by model and tier, and the sums of unpriced and estimated
+        requests (016) by model, tier and whether priced, all of which a repricing may change: the
+        records' counts and sums are taken out as they were and put back as they are now."""
         m = self.mark
         sql = (f"UPDATE requests SET {', '.join(f'{c} = {m}' for c in _PRICE_COLUMNS)} WHERE id = {m}")
         hours: set[int] = set()
         rows = [to_row(r) for r in records]  # RecordRefused before anything is written
+        if not rows:
+            return hours
+        ids = tuple(row["id"] for row in rows)
+        where = f"id IN ({', '.join([m] * len(ids))})"
+        moved = speed_values("requests", where)
+        uncertain = uncertain_values("requests", where)
+        self.session.execute(add_sql("speed_histogram", moved, sign="-"), ids * 2)
+        self.session.execute(add_uncertain_sql(uncertain, sign="-"), ids)
         for row in rows:
             self.session.execute(sql, (*(row[c] for c in _PRICE_COLUMNS), row["id"]))
             hours.add(row["start"] // HOUR_US)
+        self.session.execute(add_sql("speed_histogram", moved), ids * 2)
+        self.session.execute(add_uncertain_sql(uncertain), ids)
+        days = {h // DAY_HOURS * DAY_HOURS for h in hours}
+        for span, at in sorted({(1, h) for h in hours} | {(DAY_HOURS, d) for d in days}):
+            self.session.execute(f"DELETE FROM speed_histogram WHERE span = {m} AND hour = {m} AND requests = 0",
+                                 (span, at))
+        for hour in sorted(hours):
+            self.session.execute(f"DELETE FROM uncertain_rollup WHERE hour = {m} AND requests = 0", (hour,))
         return hours
 
     def adjust(self, changes: Sequence[tuple[Record, Record]]) -> None:

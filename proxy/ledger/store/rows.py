@@ -242,7 +242,7 @@ class SpeedRow:
     model: str  # the canonical model, else the one requested, else ""
     tier: str
     requests: int
-    output_tokens_per_s_p50: float  # output tokens / (duration - ttft), to 0.01 token/s, rounded down;
+    output_tokens_per_s_p50: float  # output tokens / (duration - ttft), in 0.01 token/s, its histogram bucket's;
     #                                 0.0 when no request ran past its first token
     ttft_ms_p50: int
     ttft_ms_p95: int

@@ -26,8 +26,6 @@ PROVIDER_USD = f"(provider_cost_units / {UNITS_PER_USD})"
 PROVIDER_REST = f"(provider_cost_units - provider_cost_units / {UNITS_PER_USD} * {UNITS_PER_USD})"
 # The whole input side, 1-hour cache writes included (007).
 INPUT_SIDE = "(input_tokens + cache_read_tokens + cache_write_tokens + cache_write_1h_tokens)"
-# The size bucket a request counts in (migration 003): the largest bound at or below its input side.
-BUCKET_OF = f"SELECT MAX(lo) FROM input_side_bounds WHERE lo <= {INPUT_SIDE}"
 HOURLY_SQL = f"""
 SELECT start / 3600000000 AS hour,
        COALESCE(model, model_requested, '') AS model, CASE WHEN model IS NULL THEN 1 ELSE 0 END AS unpriced_model,
@@ -94,14 +92,3 @@ MIGRATIONS_TABLE = ("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEG
                     "name TEXT NOT NULL, applied_at {timestamp})")
 # Migration 006: the ledger's own id, which every journal segment written for it names.
 LEDGER_ID_SQL = "SELECT value FROM ledger_meta WHERE key = 'ledger_id'"
-# The report's speed table (store.speed): streamed metered requests that carry the upstream's
-# own usage and a time to first token. Each query returns one row per model, tier and distinct
-# value with its count, so Python finds nearest-rank percentiles from a few thousand rows.
-_SPEED_FROM = (f"FROM requests WHERE {{where}} AND stream = 1 AND usage_source = 'upstream' "
-               f"AND ttft_ms IS NOT NULL AND endpoint IN ({METERED_SQL})")
-_SPEED_KEY = "COALESCE(model, model_requested, '') AS model, COALESCE(tier, '') AS tier"
-SPEED_TTFT_SQL = f"SELECT {_SPEED_KEY}, ttft_ms AS value, COUNT(*) AS n {_SPEED_FROM} GROUP BY 1, 2, 3"
-# Output tokens per second after the first token, in hundredths, rounded down (integer division
-# on both backends); only requests that ran past their first token.
-SPEED_RATE_SQL = (f"SELECT {_SPEED_KEY}, output_tokens * 100000 / (duration_ms - ttft_ms) AS value, "
-                  f"COUNT(*) AS n {_SPEED_FROM} AND duration_ms > ttft_ms GROUP BY 1, 2, 3")

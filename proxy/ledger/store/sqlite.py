@@ -25,9 +25,11 @@ from proxy.ledger.record import Record
 from proxy.ledger.store.base import Session, SqlStore
 from proxy.ledger.store.budgets import settle_sql, settlements
 from proxy.ledger.store.errors import LedgerMissing, LedgerReplaced, RecordRefused, StoreUnavailable
+from proxy.ledger.store.histograms import add_sql, size_values, speed_values
 from proxy.ledger.store.minutes import SQLITE_ADD_MINUTES
-from proxy.ledger.store.rows import COLUMNS, HOUR_US, Row, to_row, values_of
-from proxy.ledger.store.sql import BUCKET_OF, HOURLY_SQL, METERED_SQL
+from proxy.ledger.store.rows import COLUMNS, Row, to_row, values_of
+from proxy.ledger.store.sql import HOURLY_SQL
+from proxy.ledger.store.uncertain import add_uncertain_sql, uncertain_values
 
 # The ledger holds end_user: created owner read-write and group read-only (and, as ever,
 # narrowed by the umask). SQLite gives its -wal and -shm files the database file's mode.
@@ -77,12 +79,10 @@ ON CONFLICT ({_ROLLUP_KEY}) DO UPDATE SET
                         + (provider_cost_units + excluded.provider_cost_units) / {_UNITS},
     provider_cost_units = (provider_cost_units + excluded.provider_cost_units) % {_UNITS},
     provider_costed = provider_costed + excluded.provider_costed"""
-_ADD_TO_HISTOGRAM = f"""
-INSERT INTO input_side_histogram
-SELECT start / {HOUR_US}, tenant, ({BUCKET_OF}), COUNT(*) FROM requests
-WHERE rowid > ? AND endpoint IN ({METERED_SQL})
-GROUP BY 1, 2, 3
-ON CONFLICT (hour, tenant, bucket) DO UPDATE SET requests = requests + excluded.requests"""
+# Migration 015's histograms and 016's sums of uncertain requests, from the batch's new rows.
+_ADD_TO_HISTOGRAMS = (add_sql("speed_histogram", speed_values("requests", "rowid > ?")),
+                      add_sql("size_histogram", size_values("requests", "rowid > ?")))
+_ADD_UNCERTAIN = add_uncertain_sql(uncertain_values("requests", "rowid > ?"))
 # What a record's content can make SQLite refuse; anything else is the database's trouble.
 _REFUSALS = ("SQLITE_CONSTRAINT", "SQLITE_MISMATCH", "SQLITE_TOOBIG", "SQLITE_RANGE")
 
@@ -362,7 +362,9 @@ class SqliteWriter:
                     at += size
             if added:
                 con.execute(_ADD_TO_ROLLUP, (before,))
-                con.execute(_ADD_TO_HISTOGRAM, (before,))
+                con.execute(_ADD_TO_HISTOGRAMS[0], (before, before))
+                con.execute(_ADD_TO_HISTOGRAMS[1], (before,))
+                con.execute(_ADD_UNCERTAIN, (before,))
                 con.execute(SQLITE_ADD_MINUTES, (before,))  # migration 013's per-minute load
                 if any(r.budget_leases for r in records):  # their reservations become their cost, here
                     new = None if added == len(records) else {

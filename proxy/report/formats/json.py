@@ -22,7 +22,8 @@ from proxy.report.model import (
 )
 from proxy.times import rfc3339
 
-# The figures read from per-request rows, unavailable (not zero) for a pruned month's requests.
+# The figures a prune leaves (migrations 015 and 016 keep them apart from the per-request rows),
+# unavailable (not zero) only for a month pruned before those existed.
 NEED_ROWS = ("by_tenant.input_tokens_p50", "by_tenant.input_tokens_p95", "speed", "slo", "unpriced_estimated")
 
 
@@ -66,7 +67,8 @@ def report_dict(r: Report) -> dict[str, Any]:
     d["decision"] = [decision_dict(x) for x in r.decision]
     d["alternatives"] = alternatives_rows(r.alternatives)
     if r.pruned_months:  # retention: what the rollups still give, and what needed the deleted rows
-        d["pruned_months"] = {"months": list(r.pruned_months), "unavailable": list(NEED_ROWS)}
+        lost = NEED_ROWS if r.pruned_before_histograms else ()
+        d["pruned_months"] = {"months": list(r.pruned_months), "unavailable": list(lost)}
     return d
 
 

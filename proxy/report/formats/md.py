@@ -29,9 +29,11 @@ def render_md(r: Report) -> str:
         parts += [f"The upstreams' own figure: {money(t.usage.provider_cost_units)} over "
                   f"{counted(n, 'request')} that reported a cost.", ""]
     if r.pruned_months:
-        parts += [f"Per-request rows of {', '.join(r.pruned_months)} (UTC) were pruned: totals and breakdowns come "
-                  "from the hourly rollups; input-side percentiles, speed and the unpriced and estimated detail "
-                  "need those rows and are unavailable for their requests.", ""]
+        lost = (" Input-side percentiles, speed, the SLO table and the unpriced and estimated detail cannot be "
+                "given for their requests: they were pruned before llmmeter kept those apart."
+                if r.pruned_before_histograms else "")
+        parts += [f"Per-request rows of {', '.join(r.pruned_months)} (UTC) were pruned: the figures come from the "
+                  f"hourly rollups and the histograms a prune keeps.{lost}", ""]
     if r.unpriced_models:
         parts += [f"Unpriced models (cost unknown): {', '.join(map(_cell, r.unpriced_models))}.", ""]
     for key in ("totals", "by_model", "by_tenant", "by_tag", "by_workload", "by_tag_workload"):
