@@ -214,7 +214,7 @@ def test_migrations_015_and_016_fill_the_tables_from_the_rows_a_ledger_has(db_ur
     _before_015(db_url)
     _execute(db_url, "INSERT INTO pruned_months (month, pruned_at, requests) VALUES ('2026-09', 1, 5)")
     store = open_store(db_url)
-    assert store.migrate() == 2
+    assert store.migrate() == 3  # 015, 016 and 017
     assert tables(db_url) == expected(records[:500])
     written(db_url, records)  # the writers keep them from there
     assert tables(db_url) == expected(records)
@@ -269,11 +269,11 @@ def _close(figure: int, exact: int) -> None:
 
 
 def _before_015(url: str) -> None:
-    """The ledger as an llmmeter before migrations 015 and 016 left it (its rows stay)."""
+    """The ledger as an llmmeter before migrations 015-017 left it (its rows stay)."""
     common = ("DROP TABLE uncertain_rollup", "DROP TABLE speed_histogram", "DROP TABLE size_histogram",
               "DROP TABLE histogram_bounds",
               "ALTER TABLE pruned_months DROP COLUMN before_histograms",
-              "DELETE FROM schema_migrations WHERE version >= 15")
+              "DROP TABLE pruned_batch_ids", "DELETE FROM schema_migrations WHERE version >= 15")
     if is_postgresql(url):
         _execute(url, "DROP TRIGGER requests_uncertain_rollup ON requests", "DROP FUNCTION requests_uncertain_rollup()",
                  "DROP TRIGGER requests_speed_histogram ON requests",
