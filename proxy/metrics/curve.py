@@ -13,6 +13,7 @@ once a minute.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
@@ -52,11 +53,15 @@ def points(c: CostCurve) -> list[tuple[str, Fraction, int]]:
 
 
 class CostCurveGauges(Collector):
-    """Gauges read at scrape time from `curve(now)`, cached for EVERY_S seconds."""
+    """Gauges read at scrape time from `curve(now)`, cached for EVERY_S seconds (a failed read
+    too: a ledger that cannot be read is tried again a minute later, not at every scrape)."""
 
     def __init__(self, curve: Callable[[datetime], CostCurve | None]) -> None:
         self.curve = curve
         self._cached: tuple[float, CostCurve | None] | None = None
+        # Each /metrics answer is made on a thread of its own: without this, every scrape that
+        # finds the figures stale while one reads them reads the ledger again (8 at once: 8 reads).
+        self._reading = threading.Lock()
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
         c = self._current()
@@ -82,11 +87,22 @@ class CostCurveGauges(Collector):
         yield from (x, y, api, monthly, even)
 
     def _current(self) -> CostCurve | None:
-        if self._cached is not None and time.monotonic() - self._cached[0] < EVERY_S:
-            return self._cached[1]
+        cached = self._cached
+        last = None if cached is None else cached[1]
+        if cached is not None and time.monotonic() - cached[0] < EVERY_S:
+            return last
+        # One read at a time; a scrape that comes while it runs answers with the figures before it.
+        if not self._reading.acquire(blocking=False):
+            return last
         try:
-            found = self.curve(datetime.now(UTC))
-        except Exception:  # a failing database must not break /metrics: the last figures stay
-            return None if self._cached is None else self._cached[1]
-        self._cached = (time.monotonic(), found)
-        return found
+            cached = self._cached  # another scrape may have read them since
+            if cached is not None and time.monotonic() - cached[0] < EVERY_S:
+                return cached[1]
+            try:
+                found = self.curve(datetime.now(UTC))
+            except Exception:  # a failing database must not break /metrics: the last figures stay
+                found = None if cached is None else cached[1]
+            self._cached = (time.monotonic(), found)
+            return found
+        finally:
+            self._reading.release()

@@ -4,6 +4,7 @@ once a minute and kept when the ledger cannot be read."""
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime
 from decimal import Decimal
 from fractions import Fraction
@@ -75,9 +76,56 @@ def test_every_point_of_the_curve_is_a_pair_of_gauges(tmp_path: Path) -> None:
 
 
 def test_a_ledger_that_fails_leaves_the_curve_out() -> None:
+    calls: list[datetime] = []
+
     def broken(now: datetime) -> CostCurve | None:
+        calls.append(now)
         raise OSError("database is locked")
 
     registry = CollectorRegistry()
     registry.register(CostCurveGauges(broken))
     assert list(samples(registry)) == []  # /metrics still answers, without the curve
+    # Scraping again within the minute does not try the failing ledger again (nor wait on it).
+    assert list(samples(registry)) == []
+    assert len(calls) == 1
+
+
+def test_scrapes_while_the_curve_is_read_do_not_read_it_again(tmp_path: Path) -> None:
+    """/metrics answers each scrape on a thread of its own: while one scrape reads the ledger,
+    the others answer without reading it (before, each one read the month again: 8 scrapes at
+    once against a served ledger of 300,000 records took 0.55 s of CPU instead of 0.08)."""
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    store = open_store(url)
+    store.migrate()
+    writer = store.writer()
+    try:
+        writer.insert_many(seeded_month())
+    finally:
+        writer.close()
+    reader = open_store(url, read_only=True)
+    reading, release = threading.Event(), threading.Event()
+    calls: list[datetime] = []
+
+    def read(now: datetime) -> CostCurve | None:
+        calls.append(now)
+        if len(calls) == 1:  # the first scrape's read is under way until the test lets it end
+            reading.set()
+            release.wait()
+        return month_so_far(reader, SH, frozenset(), NOW)
+
+    registry = CollectorRegistry()
+    registry.register(CostCurveGauges(read))
+    first: list[dict[tuple[str, tuple[tuple[str, str], ...]], float]] = []
+    scrape = threading.Thread(target=lambda: first.append(samples(registry)))
+    scrape.start()
+    try:
+        assert reading.wait(timeout=60)
+        during = samples(registry)  # a second scrape while the first reads
+        assert len(calls) == 1
+        assert list(during) == []  # nothing read yet: the curve is left out of this one
+    finally:
+        release.set()
+        scrape.join()
+    assert any(name == "llmmeter_cost_curve_utilisation" for name, _ in first[0])
+    assert samples(registry) == first[0]  # then kept for the minute
+    assert len(calls) == 1
