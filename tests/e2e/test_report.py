@@ -13,6 +13,7 @@ from typing import Any
 
 from openai import OpenAI
 
+from proxy.ledger.store.histograms import ERROR
 from tests.fake_upstream import FakeUpstream
 from tests.report import browser
 from tests.report.dom import Page
@@ -56,8 +57,10 @@ def test_worked_example_and_what_ifs_exactly(fake: FakeUpstream, serve: Any, led
     assert {(x["tag"], x["workload"], x["cost_usd"]) for x in r["by_tag_workload"]} == {
         ("rag-search", "very_long", "400"), ("untagged", "very_long", "274")}
     [tenant] = r["by_tenant"]
-    assert (tenant["tenant"], tenant["input_tokens_p50"], tenant["input_tokens_p95"]) == (
-        "default", 100_000_000, 100_000_000)
+    # Both requests sent 100,000,000 input-side tokens: the size histogram's bucket figure, within its stated error.
+    assert tenant["tenant"] == "default"
+    for figure in (tenant["input_tokens_p50"], tenant["input_tokens_p95"]):
+        assert abs(figure - 100_000_000) <= ERROR * 100_000_000
     assert sum(d["requests"] for d in r["daily"]) == 2 and len(r["daily"]) >= 28
     assert sum(h["tokens"] for h in r["hourly_profile"]) == 240_000_000
     assert r["forecast"]["month_complete"] is False
