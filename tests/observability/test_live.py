@@ -218,7 +218,16 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, Pr
                     print("DEBUG wave", wave, prom.query("sum by (code, endpoint, model) (llmmeter_requests_total)"))
                     print(proxy.output()[-3000:])
                     raise
-            calls = 2 * wave_calls
+            # Wave 2 repeats wave 1: a series first scraped after its last request in wave 2 shows
+            # the count it had before the restart, so Prometheus sees neither a reset nor an
+            # increase and its rate is 0 (a time-to-first-token quantile then has no value). One
+            # more stream per tenant, after that scrape, gives every streamed series an increase.
+            for key in KEYS.values():
+                oa = OpenAI(base_url=proxy.base_url, api_key=key, max_retries=0)
+                list(oa.chat.completions.create(model="kimi-k3.1-pro", messages=MSGS, stream=True,
+                                                extra_headers=usage(prompt=900, completion=30)))
+            wait_for(prom, f"sum(llmmeter_requests_total) >= {wave_calls + len(KEYS)}", 30)
+            calls = 2 * wave_calls + len(KEYS)
             assert sum(r["request_count"] for r in proxy.rows(expect=calls - 1)) >= calls - 1
             probe_budget(proxy)
             for expr in ("llmmeter_budget_overrun_usd_total > 0", "llmmeter_budget_rejections_total > 0",
