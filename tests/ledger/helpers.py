@@ -1,13 +1,13 @@
-"""Records with every field set, and a poll helper, for the ledger tests."""
+"""Records with every field set, a ledger holding some, and a poll helper, for the ledger tests."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
 from proxy.ledger.record import Record
-from proxy.ledger.store import COLUMNS
+from proxy.ledger.store import COLUMNS, open_store
 
 # The request columns migration 007 added: a ledger migrated only to 006 or earlier lacks them.
 V2_COLUMNS = ("cache_write_1h_tokens", "web_search_calls", "price_band", "fee_units", "provider_cost_units")
@@ -48,3 +48,15 @@ def wait_until(cond: Callable[[], bool], timeout: float = 60.0) -> bool:
             return True
         time.sleep(0.01)
     return cond()
+
+
+def written(url: str, records: Sequence[Record]) -> str:
+    """A migrated ledger at `url` holding `records`, written as the importer writes them; the url."""
+    store = open_store(url)
+    store.migrate()
+    writer = store.writer()
+    try:
+        writer.insert_many(records)
+    finally:
+        writer.close()
+    return url

@@ -16,6 +16,7 @@ from proxy.ledger.store import open_store
 from proxy.metrics.curve import CostCurveGauges
 from proxy.report.curve import CostCurve, month_so_far
 from proxy.settings import NodeProfile, SelfHost
+from tests.ledger.helpers import written
 from tests.ledger.seeded_load import seeded_month
 
 NODE = NodeProfile("small", "test", kv_cache_tokens=400_000, prefill_tokens_per_s=20_000, decode_tokens_per_s=2_000,
@@ -25,14 +26,7 @@ NOW = datetime(2026, 11, 20, 12, tzinfo=UTC)
 
 
 def curve(tmp_path: Path) -> CostCurve:
-    url = f"sqlite:///{tmp_path / 'ledger.db'}"
-    store = open_store(url)
-    store.migrate()
-    writer = store.writer()
-    try:
-        writer.insert_many(seeded_month())
-    finally:
-        writer.close()
+    url = written(f"sqlite:///{tmp_path / 'ledger.db'}", seeded_month())
     found = month_so_far(open_store(url, read_only=True), SH, frozenset(), NOW)
     assert found is not None and found.points and found.breakeven_utilisation is not None
     return found
@@ -94,14 +88,7 @@ def test_scrapes_while_the_curve_is_read_do_not_read_it_again(tmp_path: Path) ->
     """/metrics answers each scrape on a thread of its own: while one scrape reads the ledger,
     the others answer without reading it (before, each one read the month again: 8 scrapes at
     once against a served ledger of 300,000 records took 0.55 s of CPU instead of 0.08)."""
-    url = f"sqlite:///{tmp_path / 'ledger.db'}"
-    store = open_store(url)
-    store.migrate()
-    writer = store.writer()
-    try:
-        writer.insert_many(seeded_month())
-    finally:
-        writer.close()
+    url = written(f"sqlite:///{tmp_path / 'ledger.db'}", seeded_month())
     reader = open_store(url, read_only=True)
     reading, release = threading.Event(), threading.Event()
     calls: list[datetime] = []

@@ -21,6 +21,7 @@ from pricing import PriceBook
 from proxy.ledger.store import open_store
 from proxy.report import ReportInput, build_report, render
 from proxy.settings import NodeProfile, SelfHost
+from tests.ledger.helpers import written
 from tests.ledger.seeded_load import MONTH_START, epoch_minute, seeded_month, simulate
 
 TZ = ZoneInfo("America/Sao_Paulo")
@@ -46,13 +47,7 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def seeded(url: str) -> None:
-    store = open_store(url)
-    store.migrate()
-    writer = store.writer()
-    try:
-        writer.insert_many(seeded_month())
-    finally:
-        writer.close()
+    written(url, seeded_month())
 
 
 def report(url: str, now: datetime, nodes: tuple[NodeProfile, ...] = ()) -> Any:
