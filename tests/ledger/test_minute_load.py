@@ -12,7 +12,7 @@ import psycopg
 from proxy.ledger import Ledger
 from proxy.ledger.record import Record
 from proxy.ledger.store import MinuteLoad, SqlStore, is_postgresql, open_store, sqlite_path
-from tests.ledger.helpers import EVER
+from tests.ledger.helpers import EVER, written
 from tests.ledger.seeded_load import Minute, seeded_month, simulate
 
 
@@ -59,13 +59,7 @@ def test_the_importer_keeps_the_minute_table(db_url: str, ledgers: list[Ledger])
 
 def test_migration_013_fills_the_table_from_the_rows_a_ledger_already_has(db_url: str) -> None:
     records = seeded_month(11)
-    store = open_store(db_url)
-    store.migrate()
-    writer = store.writer()
-    try:
-        writer.insert_many(records)
-    finally:
-        writer.close()
+    store = open_store(written(db_url, records))
     _before_013(db_url)
     assert store.migrate() == 1
     check(store.minute_load(*EVER, None), simulate(records))

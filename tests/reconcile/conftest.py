@@ -14,7 +14,7 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 
 from proxy.ledger.record import Record
-from proxy.ledger.store import open_store
+from tests.ledger.helpers import written
 
 FIXTURES = Path(__file__).parent / "fixtures"
 KEY = "sk-admin-TESTSECRET-9f8e7d6c5b4a"
@@ -86,13 +86,7 @@ def provider() -> Iterator[FakeProvider]:
 
 
 def seed(url: str, records: list[Record]) -> None:
-    store = open_store(url)
-    store.migrate()
-    writer = store.writer()
-    try:
-        writer.insert_many(records)
-    finally:
-        writer.close()
+    written(url, records)
 
 
 def write_config(path: Path, db_url: str, base_url: str, **extra: str) -> Path:
