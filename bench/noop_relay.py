@@ -1,10 +1,13 @@
 """A relay that meters nothing, on llmmeter's own stack (uvicorn + uvloop + httptools, the
 same serving protocol and upstream client): the floor that shows what metering itself costs.
 With `--client aiohttp` the same relay forwards through aiohttp's client instead
-(bench/aiohttp_client.py), to weigh one upstream client against the other.
+(bench/aiohttp_client.py), to weigh one upstream client against the other; with
+`--protocol stock` it is served by uvicorn's own httptools protocol, without llmmeter's
+limits and timeouts (proxy/server/protocol.py), to weigh what they cost.
 Benchmark use only.
 
     python bench/noop_relay.py --upstream http://127.0.0.1:9001 --port 9002 [--client own|aiohttp]
+                               [--protocol own|stock]
 """
 
 from __future__ import annotations
@@ -73,7 +76,9 @@ if __name__ == "__main__":
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--client", choices=("own", "aiohttp"), default="own",
                     help="the upstream client: llmmeter's own (proxy/upstream) or aiohttp's")
+    ap.add_argument("--protocol", choices=("own", "stock"), default="own",
+                    help="the serving protocol: llmmeter's (proxy/server/protocol.py) or uvicorn's own httptools one")
     a = ap.parse_args()
     uvicorn.run(make_app(a.upstream.rstrip("/"), a.client), host="127.0.0.1", port=a.port, loop="uvloop",
-                http=RelayProtocol,
+                http=RelayProtocol if a.protocol == "own" else "httptools",
                 access_log=False, log_level="warning", server_header=False, date_header=False, proxy_headers=False)

@@ -11,6 +11,8 @@ reply with usage, every stream with 30 content chunks) and, in front of it, each
 - direct: the fake upstream itself;
 - nginx: Debian's nginx as a plain reverse proxy (one worker, keep-alive upstream,
   `proxy_buffering off` so streams flow), the limit for a relay here;
+- floor_relay: the least a relay in Python can do, bytes in and out on uvloop and httptools
+  with no ASGI and nothing read but the framing (bench/floor_relay.py);
 - noop_relay / noop_relay_aiohttp: a relay that meters nothing on llmmeter's own stack
   (bench/noop_relay.py) with llmmeter's upstream client / aiohttp's;
 - llmmeter: `llmmeter serve` on a fresh SQLite ledger, metering, ledger and metrics on;
@@ -84,8 +86,8 @@ UPSTREAM_DEFAULTS = {"x-fake-usage": json.dumps(USAGE), "x-fake-chunks": str(CHU
 SLOW_DELAY_MS = 20
 CONNECTIONS = (1, 32, 128)
 WRK_KEYS = tuple(f"wrk_{c}{s}" for s in ("", "_stream") for c in CONNECTIONS)
-PATHS = ("direct", "nginx", "noop_relay", "noop_relay_aiohttp", "llmmeter", "llmmeter_budgets", "tensorzero",
-         "portkey", "litellm")
+PATHS = ("direct", "nginx", "floor_relay", "noop_relay", "noop_relay_aiohttp", "llmmeter", "llmmeter_budgets",
+         "tensorzero", "portkey", "litellm")
 # (comparison, bound). The speed floor (docs/decisions/upstream-client.md); peak RSS with
 # tiktoken's o200k loaded by the first estimate (`[estimate] engine = "compact"` stays under
 # 80 MB); what an enforced budget may cost; and against the peers: llmmeter's CPU per
@@ -300,6 +302,13 @@ def start_noop(c: Ctx, client: str) -> Peer:
     return Peer(name, Route(port), Route(port, headers={"x-fake-delay-ms": str(SLOW_DELAY_MS)}), [proc])
 
 
+def start_floor(c: Ctx) -> Peer:
+    port = free_port()
+    proc = c.popen([sys.executable, str(BENCH / "floor_relay.py"), "--upstream-port", str(c.up), "--port", str(port)])
+    # The request goes byte for byte: the slowed stream is the same upstream, asked to wait.
+    return Peer("floor_relay", Route(port), Route(port, headers={"x-fake-delay-ms": str(SLOW_DELAY_MS)}), [proc])
+
+
 def start_llmmeter(c: Ctx, budgets: bool) -> Peer:
     port = free_port()
     name = "llmmeter_budgets" if budgets else "llmmeter"
@@ -398,7 +407,7 @@ general_settings:
 
 
 STARTERS: dict[str, Callable[[Ctx], Peer]] = {
-    "direct": start_direct, "nginx": start_nginx,
+    "direct": start_direct, "nginx": start_nginx, "floor_relay": start_floor,
     "noop_relay": lambda c: start_noop(c, "own"), "noop_relay_aiohttp": lambda c: start_noop(c, "aiohttp"),
     "llmmeter": lambda c: start_llmmeter(c, False), "llmmeter_budgets": lambda c: start_llmmeter(c, True),
     "tensorzero": start_tensorzero, "portkey": start_portkey, "litellm": start_litellm}
@@ -553,12 +562,18 @@ def summarize(results: dict[str, Any], tmp: Path) -> None:
             r["added_p99_ms"] = r["p99_ms"] - d["p99_ms"]
             r["added_stream_ttfb_ms"] = r["stream_ttfb_p50_ms"] - d["stream_ttfb_p50_ms"]
     ratios: dict[str, Any] = {}
-    for other in ("direct", "nginx", "noop_relay", "tensorzero", "portkey", "litellm"):
+    for other in ("direct", "nginx", "floor_relay", "noop_relay", "tensorzero", "portkey", "litellm"):
         if other not in paths or "llmmeter" not in paths:
             continue
         for key in WRK_KEYS:
             ratios[f"{key}_rps_llmmeter_vs_{other}"] = round_ratio(paths, "llmmeter", other, key, "rps")
             ratios[f"{key}_cpu_llmmeter_vs_{other}"] = round_ratio(paths, "llmmeter", other, key, "cpu_s_per_1000")
+    for relay in ("floor_relay", "noop_relay"):  # the floors under a relay in Python, against nginx and direct
+        for other in ("nginx", "direct"):
+            if relay in paths and other in paths:
+                for key in WRK_KEYS:
+                    for metric, short in (("rps", "rps"), ("cpu_s_per_1000", "cpu")):
+                        ratios[f"{key}_{short}_{relay}_vs_{other}"] = round_ratio(paths, relay, other, key, metric)
     if "noop_relay" in paths and "noop_relay_aiohttp" in paths:
         for key in WRK_KEYS:
             ratios[f"{key}_rps_noop_aiohttp_vs_noop_own"] = round_ratio(paths, "noop_relay_aiohttp", "noop_relay",
@@ -596,7 +611,8 @@ def summarize(results: dict[str, Any], tmp: Path) -> None:
 
 # --- reporting -------------------------------------------------------------------------------
 
-LABELS = {"direct": "direct", "nginx": "nginx", "noop_relay": "noop own", "noop_relay_aiohttp": "noop aiohttp",
+LABELS = {"direct": "direct", "nginx": "nginx", "floor_relay": "floor (Python)", "noop_relay": "noop own",
+          "noop_relay_aiohttp": "noop aiohttp",
           "llmmeter": "**llmmeter**", "llmmeter_budgets": "llmmeter, enforced budget", "tensorzero": "TensorZero",
           "portkey": "Portkey", "litellm": "LiteLLM"}
 
@@ -635,7 +651,7 @@ def markdown(results: dict[str, Any]) -> str:
     if results.get("skipped"):
         out += [""] + [f"- {name} skipped: {why}" for name, why in results["skipped"].items()]
     ratios = results["ratios"]
-    others = [n for n in ("direct", "nginx", "noop_relay", "tensorzero", "portkey", "litellm")
+    others = [n for n in ("direct", "nginx", "floor_relay", "noop_relay", "tensorzero", "portkey", "litellm")
               if f"wrk_32_rps_llmmeter_vs_{n}" in ratios]
     if others:
         out += ["", "llmmeter against each path, median of the rounds' ratios at 32 connections "
@@ -645,6 +661,14 @@ def markdown(results: dict[str, Any]) -> str:
             out.append(f"| {label(n, v)} | " + " | ".join(
                 _f(ratios.get(f"wrk_32{s}_{m}_llmmeter_vs_{n}"), ".2f")
                 for m, s in (("rps", ""), ("rps", "_stream"), ("cpu", ""), ("cpu", "_stream"))) + " |")
+    floors = [(n, o) for n in ("floor_relay", "noop_relay") for o in ("nginx", "direct")
+              if f"wrk_32_cpu_{n}_vs_{o}" in ratios]
+    if floors:
+        out += ["", "The relays that meter nothing against nginx and direct, median of the rounds' ratios at "
+                "32 connections:", "", "| path | against | req/s | CPU per request |", "|---|---|---|---|"]
+        for n, o in floors:
+            out.append(f"| {label(n, v)} | {label(o, v)} | {_f(ratios.get(f'wrk_32_rps_{n}_vs_{o}'), '.2f')} "
+                       f"| {_f(ratios.get(f'wrk_32_cpu_{n}_vs_{o}'), '.2f')} |")
     out += ["", "| target (`TARGETS` in `bench/relay.py`) | measured | |", "|---|---|---|"]
     for k, t in results["targets"].items():
         state = {True: "met", False: "**not met**", None: "not measured"}[t["met"]]

@@ -1,6 +1,6 @@
 """CPU per request of llmmeter against the no-op relay, in interleaved wrk rounds.
 
-    python bench/relay_cpu.py [--rounds 7] [--duration 5] [--connections 32] [--stream]
+    python bench/relay_cpu.py [--rounds 7] [--duration 5] [--connections 32] [--stream] [--layers]
                               [--tree NAME=PATH ...] [--out FILE]
 
 Starts the fake upstream (tests/fake_upstream.py, every reply with usage), the no-op relay
@@ -14,6 +14,13 @@ requests per second on a shared machine, and alternating the paths round by roun
 them share whatever else the machine is doing. Reported: per path, the median over the
 rounds of µs of CPU per request and of requests per second, and each path's ratio to the
 no-op relay and to direct.
+
+With `--layers` it also measures the relays under the no-op relay, one layer of llmmeter's
+stack added at a time: `floor_bytes` (bench/floor_relay.py: bytes in and out, no ASGI),
+`floor_task` (a task per request), `floor_client` (the request read into Python and sent
+through llmmeter's upstream client, still no ASGI) and `noop_stock` (the no-op relay on
+uvicorn's own httptools protocol); `noop_relay` then adds llmmeter's serving protocol, and
+llmmeter the metering.
 """
 
 from __future__ import annotations
@@ -57,6 +64,7 @@ def main() -> None:
     ap.add_argument("--duration", type=int, default=5)
     ap.add_argument("--connections", type=int, default=32)
     ap.add_argument("--stream", action="store_true")
+    ap.add_argument("--layers", action="store_true", help="also the relays under the no-op relay, layer by layer")
     ap.add_argument("--tree", action="append", default=[], help="NAME=PATH: an llmmeter source tree to serve")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
@@ -70,6 +78,16 @@ def main() -> None:
     procs: dict[str, tuple[subprocess.Popen[bytes], int]] = {
         "direct": (subprocess.Popen([py, str(ROOT / "tests" / "fake_upstream.py"), "--port", str(up), *defaults],
                                     env=env, **quiet), up)}
+    if a.layers:
+        for mode in ("bytes", "task", "client"):
+            port = free_port()
+            procs[f"floor_{mode}"] = (subprocess.Popen(
+                [py, str(ROOT / "bench" / "floor_relay.py"), "--upstream-port", str(up), "--port", str(port),
+                 "--mode", mode], env=env, **quiet), port)
+        port = free_port()
+        procs["noop_stock"] = (subprocess.Popen(
+            [py, str(ROOT / "bench" / "noop_relay.py"), "--upstream", f"http://127.0.0.1:{up}", "--port", str(port),
+             "--protocol", "stock"], env=env, **quiet), port)
     port = free_port()
     procs["noop_relay"] = (subprocess.Popen([py, str(ROOT / "bench" / "noop_relay.py"), "--upstream",
                                              f"http://127.0.0.1:{up}", "--port", str(port)], env=env, **quiet), port)
