@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
+from operator import attrgetter, mul
 from zoneinfo import ZoneInfo
 
 from proxy.ledger.store import HourlyRow, Store
@@ -75,12 +76,13 @@ def utilisation(load: LoadByMinute, p: NodeProfile, nodes: int) -> Fraction:
         return Fraction(0)
     # Each load ÷ capacity is a minute sum ÷ a constant denominator: over their product the three
     # are integers, so the month's sum of maxima stays exact without a Fraction per minute.
-    columns = [FIGURES[figure][0] for _, figure, _ in LIMITS]
-    denominators = [FIGURES[figure][1] * nodes * getattr(p, capacity) for _, figure, capacity in LIMITS]
+    # n nodes divide every capacity by n, and so every minute's largest load: one node's sum, over n.
+    read = attrgetter(*(FIGURES[figure][0] for _, figure, _ in LIMITS))
+    denominators = [FIGURES[figure][1] * getattr(p, capacity) for _, figure, capacity in LIMITS]
     common = math.prod(denominators)
     scale = [common // d for d in denominators]
-    total = sum(max(getattr(row, c) * k for c, k in zip(columns, scale, strict=True)) for row in load.rows)
-    return Fraction(total, common * load.minutes)
+    total = sum(max(map(mul, read(row), scale)) for row in load.rows)
+    return Fraction(total, common * load.minutes * nodes)
 
 
 def cost_curve(load: LoadByMinute, needs: tuple[NodeNeed, ...], sh: SelfHost, api_units: int,

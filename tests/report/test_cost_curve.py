@@ -135,3 +135,27 @@ def test_a_deployment_that_never_breaks_even_says_so(tmp_path: Path) -> None:
     d = json.loads(render(report(url, SelfHost()), "json"))["cost_curve"]  # the shipped profiles
     assert d["node"] == "8xB300-vllm-fp8" and d["breakeven_utilisation"] > 1
     assert "self-hosting never matches the API on this deployment" in render(report(url, SelfHost()), "md")
+
+
+def test_utilisation_is_exactly_the_mean_of_each_minutes_largest_share() -> None:
+    """utilisation() sums scaled integers and divides by the nodes once; held here to its definition,
+    a Fraction per minute and per limit, on awkward capacities and node counts."""
+    import random
+
+    from proxy.ledger.store.minutes import MinuteLoad
+    from proxy.report.curve import utilisation
+    from proxy.report.load import FIGURES, LoadByMinute
+    from proxy.report.nodes import LIMITS
+
+    rng = random.Random(7)
+    rows = tuple(MinuteLoad(m, rng.randrange(10**8), rng.randrange(10**9), rng.randrange(10**8),
+                            rng.randrange(10**10)) for m in range(500))
+    load = LoadByMinute(minutes=1440, rows=rows)  # idle minutes count in the mean too
+    for profile in (CHEAP, NodeProfile("odd", "test", kv_cache_tokens=999_983, prefill_tokens_per_s=7_919,
+                                       decode_tokens_per_s=104_729)):
+        for nodes in (1, 2, 3, 7):
+            want = sum(max(Fraction(getattr(row, FIGURES[figure][0]),
+                                    FIGURES[figure][1] * nodes * getattr(profile, capacity))
+                           for _, figure, capacity in LIMITS) for row in rows) / 1440
+            assert utilisation(load, profile, nodes) == want, (profile.name, nodes)
+    assert utilisation(LoadByMinute(), CHEAP, 2) == 0
