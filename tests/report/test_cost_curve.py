@@ -9,6 +9,7 @@ import csv
 import io
 import json
 import math
+import random
 from datetime import UTC, datetime
 from decimal import Decimal
 from fractions import Fraction
@@ -19,7 +20,11 @@ import pytest
 
 from pricing import PriceBook
 from proxy.ledger.store import open_store
+from proxy.ledger.store.minutes import MinuteLoad
 from proxy.report import ReportInput, build_report, render
+from proxy.report.curve import utilisation
+from proxy.report.load import FIGURES, LoadByMinute
+from proxy.report.nodes import LIMITS
 from proxy.settings import NodeProfile, SelfHost
 from tests.ledger.seeded_load import epoch_minute, seeded_month, simulate
 from tests.report.test_load_by_minute import LOCAL_END, LOCAL_START, TZ, seeded
@@ -140,13 +145,6 @@ def test_a_deployment_that_never_breaks_even_says_so(tmp_path: Path) -> None:
 def test_utilisation_is_exactly_the_mean_of_each_minutes_largest_share() -> None:
     """utilisation() sums scaled integers and divides by the nodes once; held here to its definition,
     a Fraction per minute and per limit, on awkward capacities and node counts."""
-    import random
-
-    from proxy.ledger.store.minutes import MinuteLoad
-    from proxy.report.curve import utilisation
-    from proxy.report.load import FIGURES, LoadByMinute
-    from proxy.report.nodes import LIMITS
-
     rng = random.Random(7)
     rows = tuple(MinuteLoad(m, rng.randrange(10**8), rng.randrange(10**9), rng.randrange(10**8),
                             rng.randrange(10**10)) for m in range(500))
